@@ -1,0 +1,293 @@
+"""The results document: what a run measured, in JSON, written atomically.
+
+One file holds the runs of one invocation (one run per contestant). Times are nanoseconds
+(``*_ns``) inside and seconds only in scores (``score_s``). Every file carries
+``schema_version``; :func:`load_results` migrates older files and refuses newer ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evaluator import __version__
+from evaluator.shapes import Case
+from evaluator.stats import Stats, geomean
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CaseResult",
+    "ResultsError",
+    "RunResult",
+    "StageResult",
+    "load_results",
+    "now_iso",
+    "write_results",
+]
+
+SCHEMA_VERSION = 1
+KIND = "qrbench-results"
+
+# Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
+# a worker that died, "timeout" a run stopped at its time limit, "skipped" a case never reached.
+PASSED = "pass"
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read; the message names the file."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of one stage: its verdict, and its timings when it was timed."""
+
+    index: int
+    case: Case
+    status: str
+    message: str = ""
+    stats: Stats | None = None
+    samples_ns: tuple[float, ...] = ()
+    diagnostics: dict[str, float | int] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "spec": self.case.fields(),
+            "label": self.case.label,
+            "status": self.status,
+            "message": self.message,
+            "stats": self.stats.to_dict() if self.stats else None,
+            "samples_ns": list(self.samples_ns),
+            "diagnostics": self.diagnostics,
+            "seeds": list(self.seeds),
+            "work": {"flops": self.case.flops, "min_bytes": self.case.min_bytes},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        spec = data["spec"]
+        return cls(
+            index=int(data["index"]),
+            case=Case(spec["batch"], spec["n"], spec["cond"], spec["seed"], spec.get("case")),
+            status=data["status"],
+            message=data.get("message", ""),
+            stats=Stats.from_dict(data["stats"]) if data.get("stats") else None,
+            samples_ns=tuple(data.get("samples_ns", ())),
+            diagnostics=dict(data.get("diagnostics", {})),
+            seeds=tuple(data.get("seeds", ())),
+        )
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One pass over a shape set in one contest mode (one worker process).
+
+    ``name`` is the stage's role (``test``, ``benchmark``, ``ranked``, ``ranked-secret``,
+    ``profile``); ``seed`` is the secret seed combined into every spec seed, if any.
+    """
+
+    name: str
+    mode: str
+    status: str
+    cases: tuple[CaseResult, ...] = ()
+    seed: int | None = None
+    reason: str = ""
+    wall_s: float = 0.0
+    profile_table: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "status": self.status,
+            "seed": self.seed,
+            "reason": self.reason,
+            "wall_s": self.wall_s,
+            "cases": [c.to_dict() for c in self.cases],
+            "profile_table": self.profile_table,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageResult:
+        return cls(
+            name=data["name"],
+            mode=data["mode"],
+            status=data["status"],
+            cases=tuple(CaseResult.from_dict(c) for c in data.get("cases", ())),
+            seed=data.get("seed"),
+            reason=data.get("reason", ""),
+            wall_s=float(data.get("wall_s", 0.0)),
+            profile_table=data.get("profile_table", ""),
+        )
+
+    def geomean_s(self) -> float | None:
+        """Geometric mean of the per-case means in seconds, if every case passed and was timed."""
+        means = [c.stats.mean_ns / 1e9 for c in self.cases if c.stats is not None and c.passed]
+        if not self.passed or not means or len(means) != len(self.cases):
+            return None
+        return geomean(means)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one contestant's run produced, with the environment it ran in."""
+
+    contestant: dict[str, str]
+    mode: str
+    shapes: dict[str, str]
+    device: str
+    timer: str
+    compat: bool
+    stages: tuple[StageResult, ...]
+    environment: dict[str, Any]
+    seed: int | None = None
+    started_at: str = field(default_factory=now_iso)
+    evaluator_version: str = __version__
+
+    @property
+    def status(self) -> str:
+        for stage in self.stages:
+            if not stage.passed:
+                return stage.status
+        return PASSED if self.stages else "error"
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    @property
+    def reason(self) -> str:
+        """Why the run failed: the first failing stage and case, or its crash reason."""
+        for stage in self.stages:
+            if stage.passed:
+                continue
+            for case in stage.cases:
+                if not case.passed and case.status != "skipped":
+                    return f"{stage.name}: {case.case.label}: {case.message}"
+            return f"{stage.name}: {stage.reason or stage.status}"
+        return ""
+
+    def stage(self, name: str) -> StageResult | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    @property
+    def scored_stage(self) -> StageResult | None:
+        """The stage whose timings make the score: the public ranked pass, else the benchmark."""
+        return self.stage("ranked") or self.stage("benchmark")
+
+    @property
+    def score_s(self) -> float | None:
+        """Geometric mean of per-case means (s); None unless every stage passed."""
+        stage = self.scored_stage
+        if stage is None or not self.passed:
+            return None
+        return stage.geomean_s()
+
+    def with_stage(self, stage: StageResult) -> RunResult:
+        """This run with ``stage`` added, or replacing the stage of the same name."""
+        kept = tuple(s for s in self.stages if s.name != stage.name)
+        return replace(self, stages=(*kept, stage))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "contestant": self.contestant,
+            "mode": self.mode,
+            "shapes": self.shapes,
+            "device": self.device,
+            "timer": self.timer,
+            "compat": self.compat,
+            "seed": self.seed,
+            "started_at": self.started_at,
+            "evaluator_version": self.evaluator_version,
+            "environment": self.environment,
+            "status": self.status,
+            "reason": self.reason,
+            "score_s": self.score_s,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(
+            contestant=dict(data["contestant"]),
+            mode=data["mode"],
+            shapes=dict(data["shapes"]),
+            device=data["device"],
+            timer=data["timer"],
+            compat=bool(data.get("compat", False)),
+            stages=tuple(StageResult.from_dict(s) for s in data.get("stages", ())),
+            environment=dict(data.get("environment", {})),
+            seed=data.get("seed"),
+            started_at=data.get("started_at", ""),
+            evaluator_version=data.get("evaluator_version", ""),
+        )
+
+
+def _document(runs: list[RunResult]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "written_at": now_iso(),
+        "evaluator_version": __version__,
+        "runs": [r.to_dict() for r in runs],
+    }
+
+
+def write_results(path: Path, runs: list[RunResult]) -> None:
+    """Write ``runs`` to ``path`` atomically: readers see the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_document(runs), f, indent=1, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# version -> function turning a document of that version into one of the next version.
+_MIGRATIONS: dict[int, Any] = {}
+
+
+def load_results(path: Path) -> list[RunResult]:
+    """Read a results file, migrating it to the current schema."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise ResultsError(f"{path}: not a qrbench results file (no kind: {KIND})")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {version!r} is newer than this qrbench ({SCHEMA_VERSION})")
+    while version < SCHEMA_VERSION:
+        doc = _MIGRATIONS[version](doc)
+        version += 1
+    try:
+        return [RunResult.from_dict(r) for r in doc["runs"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"{path}: malformed run entry: {exc!r}") from exc

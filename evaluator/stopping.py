@@ -1,0 +1,40 @@
+"""When to stop repeating a timed case: small rule objects over the samples so far.
+
+The loop that calls a rule owns the hard caps (repeat count and wall clock); a rule only says
+when the samples are good enough or the case's time budget is spent. Rules are pure
+functions of their inputs, so they are tested on made-up sample lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from evaluator.stats import Stats
+
+__all__ = ["ContestRule", "StoppingRule"]
+
+
+class StoppingRule(Protocol):
+    def should_stop(self, samples_ns: Sequence[float], elapsed_s: float) -> bool:
+        """True once no further repeat is wanted."""
+        ...
+
+
+@dataclass(frozen=True)
+class ContestRule:
+    """The contest's rule (SPEC §4): once there are at least ``min_samples`` samples and more
+    than ``min_elapsed_s`` of wall time has passed, stop when the relative standard error is
+    under ``err_rel`` or when the summed kernel time exceeds ``budget_s``."""
+
+    budget_s: float
+    err_rel: float = 1e-3
+    min_samples: int = 3
+    min_elapsed_s: float = 0.1
+
+    def should_stop(self, samples_ns: Sequence[float], elapsed_s: float) -> bool:
+        if len(samples_ns) < self.min_samples or elapsed_s <= self.min_elapsed_s:
+            return False
+        stats = Stats.from_samples(samples_ns)
+        return stats.rel_err < self.err_rel or stats.mean_ns * stats.runs > self.budget_s * 1e9

@@ -1,0 +1,234 @@
+"""The qr_v2 checker: the contest's gates, in the contest's order, with the contest's messages.
+
+``check(A, output) -> (passed, message)`` is the published verdict (SPEC §3). ``verdict`` returns
+the same verdict with its figures as numbers (``Verdict.diagnostics``), and chooses how Q is
+materialised from ``(H, tau)``:
+
+- ``"published"``: ``torch.linalg.householder_product``, exactly as the contest does.
+- ``"blocked"``: the batched compact-WY product of :mod:`reference.householder` (float32 too).
+- ``"auto"`` (default): on CUDA, the blocked product, trusted only for a clear pass; anything
+  else (a failure, a non-finite Q, or a pass within a factor of two of a gate) is decided again
+  by the published path, so the verdict, and the message of every failure, are the contest's.
+  On the CPU, where LAPACK's loop is cheap, simply the published path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from reference.householder import householder_q
+
+__all__ = [
+    "FACTOR_RTOL_FACTOR",
+    "ORTH_RTOL_FACTOR",
+    "QMethod",
+    "Verdict",
+    "check",
+    "check_implementation",
+    "verdict",
+]
+
+FACTOR_RTOL_FACTOR = 20.0
+ORTH_RTOL_FACTOR = 100.0
+_EPS32 = torch.finfo(torch.float32).eps
+# "auto" trusts the blocked Q only for passes whose scaled residuals stay under this share of
+# their gate. The two float32 products differ by a few ulps (a scaled residual of order 1),
+# so half the gate leaves an order of magnitude of room.
+_AUTO_TRUST = 0.5
+
+QMethod = Literal["auto", "published", "blocked"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A check's outcome: ``message`` is the contest's text, ``diagnostics`` its numbers."""
+
+    passed: bool
+    message: str
+    diagnostics: dict[str, float | int] = field(default_factory=dict)
+
+    def as_tuple(self) -> tuple[bool, str]:
+        return self.passed, self.message
+
+
+def _rtol(n: int, factor: float) -> float:
+    return factor * max(n, 1) * _EPS32
+
+
+def _scaled(residual: torch.Tensor, scale: torch.Tensor, n: int) -> torch.Tensor:
+    return residual / (_EPS32 * max(n, 1) * scale.clamp_min(1e-30))
+
+
+def _l1(x: torch.Tensor) -> torch.Tensor:
+    """Matrix 1-norm (largest column sum of magnitudes) of each matrix, in float64."""
+    return torch.linalg.matrix_norm(x.double(), ord=1, dim=(-2, -1))
+
+
+def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device) -> str | None:
+    if not isinstance(value, torch.Tensor):
+        return f"{name} must be a torch.Tensor"
+    if value.shape != shape:
+        return f"{name} shape must be {shape}, got {tuple(value.shape)}"
+    if value.dtype != torch.float32:
+        return f"{name} dtype must be torch.float32, got {value.dtype}"
+    if value.device != device:
+        return f"{name} must be on {device}, got {value.device}"
+    if not torch.isfinite(value).all().item():
+        return f"{name} contains NaN or Inf"
+    return None
+
+
+@contextmanager
+def _ieee_fp32_matmul() -> Iterator[None]:
+    """Force full-precision float32 products (no TF32 or bf16 passes), then restore.
+
+    A kernel runs in the same process as the checker and may have switched TF32 on; the
+    blocked Q must not inherit that. The ``fp32_precision`` API is used because reading the
+    legacy ``allow_tf32`` flag raises once anything has used the new one.
+    """
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    saved = [b.fp32_precision for b in backends]
+    try:
+        for b in backends:
+            b.fp32_precision = "ieee"
+        yield
+    finally:
+        for b, value in zip(backends, saved, strict=True):
+            b.fp32_precision = value
+
+
+def _materialise_q(h: torch.Tensor, tau: torch.Tensor, method: QMethod) -> torch.Tensor:
+    if method == "published":
+        return torch.linalg.householder_product(h, tau)
+    with _ieee_fp32_matmul():
+        return householder_q(h, tau)
+
+
+def _gated(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, method: QMethod) -> Verdict:
+    """Gates 3-6 of SPEC §3, with Q materialised by ``method``."""
+    batch, n, _ = a.shape
+    factor_rtol = _rtol(n, FACTOR_RTOL_FACTOR)
+    orth_rtol = _rtol(n, ORTH_RTOL_FACTOR)
+
+    q = _materialise_q(h, tau, method)
+    r = torch.triu(h)
+    if not torch.isfinite(q).all().item():
+        return Verdict(False, "Q materialized from `(H, tau)` contains NaN or Inf")
+    if not torch.isfinite(r).all().item():
+        return Verdict(False, "R extracted from `triu(H)` contains NaN or Inf")
+
+    a64, q64, r64 = a.double(), q.double(), r.double()
+    projected = q64.transpose(-1, -2) @ a64
+    if not torch.isfinite(projected).all().item():
+        return Verdict(False, "Q.T @ A contains NaN or Inf")
+
+    a_norms = _l1(a64)
+    factor_residual = _l1(r64 - projected)
+    factor_allowed = factor_rtol * a_norms
+    factor_scaled = _scaled(factor_residual, a_norms, n)
+    if not torch.isfinite(factor_scaled).all().item():
+        return Verdict(False, "R - Q.T @ A residual produced NaN or Inf")
+    if bool((factor_residual > factor_allowed).any().item()):
+        worst = int(factor_scaled.argmax().item())
+        residual = factor_residual[worst].item()
+        allowed = factor_allowed[worst].item()
+        scaled = factor_scaled[worst].item()
+        return Verdict(
+            False,
+            "R - Q.T @ A is too large: "
+            f"matrix={worst}, residual={residual:.3g}, allowed={allowed:.3g}, scaled={scaled:.3g}",
+            {"matrix": worst, "residual": residual, "allowed": allowed, "scaled_factor_residual": scaled},
+        )
+
+    eye = torch.eye(n, device=a.device, dtype=torch.float64).expand(batch, n, n)
+    qtq = q64.transpose(-1, -2) @ q64
+    if not torch.isfinite(qtq).all().item():
+        return Verdict(False, "Q.T @ Q contains NaN or Inf")
+    orth_residual = _l1(qtq - eye).amax()
+    orth_scale = _l1(eye).amax()
+    orth_allowed = orth_rtol * orth_scale
+    orth_scaled = _scaled(orth_residual, orth_scale, n)
+    if not torch.isfinite(orth_scaled).all().item():
+        return Verdict(False, "Q.T @ Q residual produced NaN or Inf")
+    if orth_residual.item() > orth_allowed.item():
+        return Verdict(
+            False,
+            "Q is not orthogonal enough: "
+            f"residual={orth_residual.item():.3g}, allowed={orth_allowed.item():.3g}, "
+            f"scaled={orth_scaled.item():.3g}",
+            {
+                "residual": orth_residual.item(),
+                "allowed": orth_allowed.item(),
+                "scaled_orthogonality_residual": orth_scaled.item(),
+            },
+        )
+
+    a_scale = a_norms.amax()
+    tri_scaled = _scaled(_l1(torch.tril(projected, diagonal=-1)).amax(), a_scale, n)
+    recon = q64 @ r64
+    if not torch.isfinite(recon).all().item():
+        return Verdict(False, "Q @ R contains NaN or Inf")
+    recon_scaled = _scaled(_l1(recon - a64).amax(), a_scale, n)
+
+    diagnostics: dict[str, float | int] = {
+        "factor_rtol": factor_rtol,
+        "orth_rtol": orth_rtol,
+        "scaled_factor_residual": factor_scaled.amax().item(),
+        "scaled_reconstruction_residual": recon_scaled.item(),
+        "scaled_triangular_residual": tri_scaled.item(),
+        "scaled_orthogonality_residual": orth_scaled.item(),
+        "batch": batch,
+        "n": n,
+    }
+    message = "; ".join(
+        f"{key}={value}" if isinstance(value, int) else f"{key}={value:.3g}"
+        for key, value in diagnostics.items()
+    )
+    return Verdict(True, message, diagnostics)
+
+
+def _clear_pass(v: Verdict) -> bool:
+    d = v.diagnostics
+    return v.passed and (
+        d["scaled_factor_residual"] < _AUTO_TRUST * FACTOR_RTOL_FACTOR
+        and d["scaled_orthogonality_residual"] < _AUTO_TRUST * ORTH_RTOL_FACTOR
+    )
+
+
+def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> Verdict:
+    """Check a kernel's ``output`` for input ``a`` (see the module docstring for ``q_method``)."""
+    if q_method not in ("auto", "published", "blocked"):
+        raise ValueError(f"q_method must be 'auto', 'published' or 'blocked', got {q_method!r}")
+    if not isinstance(a, torch.Tensor) or a.dim() != 3 or a.shape[-1] != a.shape[-2]:
+        raise ValueError("a must be a batch x n x n tensor")
+    batch, n, _ = a.shape
+
+    if not isinstance(output, tuple) or len(output) != 2:
+        return Verdict(False, "output must be a tuple `(H, tau)`")
+    h, tau = output
+    for name, value, shape in (("H", h, (batch, n, n)), ("tau", tau, (batch, n))):
+        problem = _tensor_problem(name, value, shape, a.device)
+        if problem is not None:
+            return Verdict(False, problem)
+
+    if q_method == "auto" and a.device.type != "cuda":
+        q_method = "published"
+    if q_method != "auto":
+        return _gated(a, h, tau, q_method)
+    fast = _gated(a, h, tau, "blocked")
+    return fast if _clear_pass(fast) else _gated(a, h, tau, "published")
+
+
+def check(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> tuple[bool, str]:
+    """``(passed, message)`` for a kernel's ``output`` on input ``a``, as the contest reports it."""
+    return verdict(a, output, q_method).as_tuple()
+
+
+def check_implementation(data: torch.Tensor, output: object) -> tuple[bool, str]:
+    """The contest's name for :func:`check`, for submissions that import it from ``reference``."""
+    return check(data, output)

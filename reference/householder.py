@@ -1,0 +1,88 @@
+"""Materialise Q from compact Householder factors ``(H, tau)`` for a whole batch at once.
+
+``torch.linalg.householder_product`` (what the contest's checker calls) loops over the batch
+on CUDA, one cuSOLVER call per matrix, which makes it the slowest part of a check once a
+kernel is fast (0.24 s at 640x512 on an H200, ``anchors.md``). Here Q is built as LAPACK's
+blocked ``orgqr`` does, but for the whole batch in a fixed number of launches: reflectors are
+grouped in blocks of ``block`` columns, each block becomes ``I - V T V^T`` (compact WY, T as
+in ``larft``), and the blocks are applied right to left with batched matrix products.
+Everything stays in float32, as in the contest.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["default_block", "householder_q", "wy_triangles"]
+
+
+def default_block(n: int) -> int:
+    """Reflectors per block: a power of two near n/8, at most 64.
+
+    Small blocks at small n keep the rounding of Q close to LAPACK's unblocked ``org2r``
+    (what the contest's checker runs there); 64 keeps the products large at big n.
+    """
+    target = max(1, min(64, n // 8))
+    return 1 << (target.bit_length() - 1)
+
+
+def wy_triangles(v: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Upper-triangular T of each block, with ``H_1 ... H_k = I - V T V^T`` (larft, forward).
+
+    ``v`` is ``... x m x k`` (unit lower trapezoidal), ``tau`` is ``... x k``, k a power of two.
+    T is built by recursive doubling, ``T = [[T1, -T1 (V1^T V2) T2], [0, T2]]``: log2(k) rounds,
+    each merging every pair of neighbouring diagonal blocks at once. A zero tau (an identity
+    reflector) simply gives a zero row and column.
+    """
+    k = v.shape[-1]
+    if k & (k - 1):
+        raise ValueError(f"block width must be a power of two, got {k}")
+    lead = v.shape[:-2]
+    gram = v.transpose(-1, -2) @ v
+    t = torch.diag_embed(tau).contiguous()
+    width = 1
+    while width < k:
+        pairs = k // (2 * width)
+        shape = (*lead, pairs, 2 * width, pairs, 2 * width)
+        # Diagonal blocks of size 2*width, as views: ... x pairs x (2w) x (2w).
+        t_blocks = t.view(shape).diagonal(dim1=-4, dim2=-2).movedim(-1, -3)
+        g_blocks = gram.view(shape).diagonal(dim1=-4, dim2=-2).movedim(-1, -3)
+        t1 = t_blocks[..., :width, :width]
+        t2 = t_blocks[..., width:, width:]
+        t_blocks[..., :width, width:] = -(t1 @ g_blocks[..., :width, width:] @ t2)
+        width *= 2
+    return t
+
+
+def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """Q = H_1 H_2 ... H_n for each matrix of the batch, in float32 (the contract of
+    ``torch.linalg.householder_product(h, tau)`` for square ``h``)."""
+    if h.dim() != 3 or h.shape[-1] != h.shape[-2]:
+        raise ValueError(f"h must be batch x n x n, got {tuple(h.shape)}")
+    if tau.shape != h.shape[:2]:
+        raise ValueError(f"tau must be {tuple(h.shape[:2])}, got {tuple(tau.shape)}")
+    batch, n, _ = h.shape
+    block = default_block(n) if block is None else block
+    if block <= 0 or block & (block - 1):
+        raise ValueError(f"block must be a positive power of two, got {block}")
+
+    blocks = -(-n // block)
+    width = blocks * block  # pad with identity reflectors (v = 0, tau = 0) to whole blocks
+    eye = torch.eye(n, device=h.device, dtype=h.dtype)
+    v = h.new_zeros(batch, n, width)
+    v[:, :, :n] = torch.tril(h, diagonal=-1) + eye
+    tau_padded = tau.new_zeros(batch, width)
+    tau_padded[:, :n] = tau
+    # Rows above a block's first column are zero in V, so full-height blocks give the same T.
+    v_blocks = v.view(batch, n, blocks, block).movedim(2, 1)  # batch x blocks x n x block
+    t = wy_triangles(v_blocks, tau_padded.view(batch, blocks, block))
+
+    q = eye.expand(batch, n, n).clone()
+    # Right to left: Q <- (I - V T V^T) Q touches rows and columns j0: only, since every block
+    # to the right has already been folded into Q[j0:, j0:].
+    for j in reversed(range(blocks)):
+        j0 = j * block
+        vj = v_blocks[:, j, j0:, :]
+        trailing = q[:, j0:, j0:]
+        trailing -= vj @ (t[:, j] @ (vj.transpose(-1, -2) @ trailing))
+    return q
