@@ -152,7 +152,7 @@ class RunResult:
 
     contestant: dict[str, str]
     mode: str
-    shapes: dict[str, str]
+    shapes: dict[str, Any]
     device: str
     timer: str
     compat: bool

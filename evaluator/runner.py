@@ -8,6 +8,7 @@ Each finished case is handed to ``on_update`` at once, so callers can keep it on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from evaluator.channel import ChannelError, Reader, new_key
 from evaluator.contestant import Contestant
 from evaluator.guards import rule_message
 from evaluator.results import CaseResult, RunResult, StageResult
-from evaluator.shapes import ShapeSet
+from evaluator.shapes import ShapeSet, Timing
 
 __all__ = ["RunOptions", "StagePlan", "plan_stages", "run_contestant", "run_stage"]
 
@@ -45,8 +46,13 @@ class RunOptions:
     seed: int | None = None
     compat: bool = False
     profiler: bool = False
+    timing: dict[str, float | int] = field(default_factory=dict)
     timeout_scale: float = 1.0
     env: dict[str, str] = field(default_factory=dict)
+
+    def timing_for(self, shapes: ShapeSet) -> Timing:
+        """The shape set's timing settings with this run's overrides applied."""
+        return replace(shapes.timing, **self.timing)
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ def run_stage(
         "device": options.device,
         "compat": options.compat,
         "profiler": options.profiler,
+        "timing": options.timing,
     }
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
@@ -186,7 +193,8 @@ def run_stage(
         pass_fds=(write_fd,), env=_worker_env(options), start_new_session=True,
     )
     os.close(write_fd)
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     out_fd = proc.stdout.fileno()
     try:
         proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -229,7 +237,9 @@ def run_stage(
         elif not collector.done:
             status = "crash"
             tail = output.text()
-            reason = f"{_death(proc.returncode)} before finishing" + (f"; its output ended with:\n{tail}" if tail else "")
+            reason = f"{_death(proc.returncode)} before finishing"
+            if tail:
+                reason += f"; its output ended with:\n{tail}"
     stage = collector.stage(status, reason, time.monotonic() - started, shapes)
     return stage, collector.environment
 
@@ -245,10 +255,8 @@ def _stop(proc: subprocess.Popen[bytes], out_fd: int, output: _Tail) -> None:
         ready, _, _ = select.select([out_fd], [], [], 0.1)
         if ready and not output.add(os.read(out_fd, 1 << 16)):
             reading = False
-    try:  # also reaps anything the worker left behind
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # also ends what the worker left behind
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
     assert proc.stdout is not None
     proc.stdout.close()
@@ -266,7 +274,7 @@ def run_contestant(
     run = RunResult(
         contestant=contestant.to_dict(),
         mode=mode,
-        shapes={"name": shapes.name, "path": str(shapes.path)},
+        shapes={"name": shapes.name, "path": str(shapes.path), "timing": asdict(options.timing_for(shapes))},
         device=options.device,
         timer="cuda-events" if options.device == "cuda" else "cpu-clock",
         compat=options.compat,

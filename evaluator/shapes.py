@@ -139,7 +139,8 @@ def _parse_case(where: str, raw: object) -> Case:
         raise ShapeFileError(f"{where}: expected a mapping like {{batch: 4, n: 64, cond: 1, seed: 7}}, got {raw!r}")
     unknown = sorted(set(raw) - set(_CASE_KEYS))
     if unknown:
-        raise ShapeFileError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: {', '.join(_CASE_KEYS)})")
+        allowed = ", ".join(_CASE_KEYS)
+        raise ShapeFileError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: {allowed})")
     missing = [key for key in _CASE_KEYS[:4] if key not in raw]
     if missing:
         raise ShapeFileError(f"{where}: missing key(s) {', '.join(missing)}")

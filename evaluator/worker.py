@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ def _run(job: dict[str, Any], out: Writer) -> None:
         return
     hardening = Hardening.compat() if job["compat"] else Hardening()
     shapes = load_shapes(Path(job["shapes_path"]))
+    shapes = replace(shapes, timing=replace(shapes.timing, **job["timing"]))
     set_seed(job["secret"] or 42)
     floor = PhysicalFloor.measure(device) if device.type == "cuda" and hardening.physical_floor else None
     out.send({"event": "hello", "environment": fingerprint(device),

@@ -1,0 +1,155 @@
+"""Checker behaviour beyond the corpus: gate order, messages, the auto path's fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reference import check, generate_input, verdict
+from reference.householder import default_block, householder_q, wy_triangles
+
+
+@pytest.fixture
+def factored() -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    a = generate_input(3, 12, 1, 5)
+    return a, torch.geqrf(a)
+
+
+def test_geqrf_passes(factored) -> None:
+    a, out = factored
+    passed, message = check(a, out)
+    assert passed, message
+    assert message.startswith("factor_rtol=")
+    assert message.endswith("batch=3; n=12")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda h, t: [h, t], "output must be a tuple `(H, tau)`"),
+        (lambda h, t: (h.numpy(), t), "H must be a torch.Tensor"),
+        (lambda h, t: (h[:, :-1], t), "H shape must be (3, 12, 12), got (3, 11, 12)"),
+        (lambda h, t: (h, t.double()), "tau dtype must be torch.float32, got torch.float64"),
+        (lambda h, t: (h.clone().fill_(float("nan")), t), "H contains NaN or Inf"),
+        (lambda h, t: (h, t.clone().fill_(float("inf"))), "tau contains NaN or Inf"),
+        (lambda h, t: (h, t * 1e30), "Q materialized from `(H, tau)` contains NaN or Inf"),
+    ],
+)
+def test_structural_failures_give_the_contest_message(factored, mutate, expected: str) -> None:
+    a, (h, t) = factored
+    passed, message = check(a, mutate(h, t), q_method="published")
+    assert not passed
+    assert message == expected
+
+
+def test_factor_gate_names_the_worst_matrix(factored) -> None:
+    a, (h, t) = factored
+    h = h.clone()
+    h[1] += 1e-3 * torch.triu(torch.ones_like(h[1]))  # spoil R of matrix 1 only
+    passed, message = check(a, (h, t))
+    assert not passed
+    assert message.startswith("R - Q.T @ A is too large: matrix=1, ")
+
+
+@pytest.mark.parametrize("method", ["published", "blocked", "fast", "auto"])
+def test_orthogonality_gate(method: str) -> None:
+    """For n = 1, Q = 1 - tau: tau = 2 - 1e-3 makes Q = -0.999, not orthogonal, while an R of
+    exactly Q * A passes the factor gate, so the orthogonality gate is the one that fires."""
+    a = generate_input(3, 1, 0, 4)
+    tau = torch.full((3, 1), 2.0 - 1e-3)
+    h = (1.0 - tau).unsqueeze(-1) * a
+    v = verdict(a, (h, tau), q_method=method)
+    assert not v.passed
+    assert v.message.startswith("Q is not orthogonal enough: residual=0.002, allowed=1.19e-05, scaled=")
+
+
+def _spy_on_gated(monkeypatch, fake_scaled: float | None) -> list[str]:
+    """Record which Q paths the checker takes; optionally pretend the blocked pass is near the gate."""
+    import reference.checker as checker
+
+    calls: list[str] = []
+    real = checker._gated
+
+    def spy(a, h, tau, method):
+        calls.append(method)
+        v = real(a, h, tau, method)
+        if method == "blocked" and fake_scaled is not None and v.passed:
+            v = checker.Verdict(True, v.message, {**v.diagnostics, "scaled_factor_residual": fake_scaled})
+        return v
+
+    monkeypatch.setattr(checker, "_gated", spy)
+    return calls
+
+
+def test_fast_path_trusts_a_clear_pass(monkeypatch, factored) -> None:
+    a, out = factored
+    calls = _spy_on_gated(monkeypatch, None)
+    assert verdict(a, out, q_method="fast").passed
+    assert calls == ["blocked"]
+
+
+def test_fast_path_redecides_a_pass_near_the_gate(monkeypatch, factored) -> None:
+    a, out = factored
+    calls = _spy_on_gated(monkeypatch, 15.0)  # within half a gate (20) of failing
+    v = verdict(a, out, q_method="fast")
+    assert calls == ["blocked", "published"]
+    assert v.as_tuple() == check(a, out, q_method="published")
+
+
+def test_fast_path_redecides_every_failure(monkeypatch, factored) -> None:
+    a, (h, t) = factored
+    calls = _spy_on_gated(monkeypatch, None)
+    v = verdict(a, (torch.zeros_like(h), t), q_method="fast")
+    assert calls == ["blocked", "published"]
+    assert v.as_tuple() == check(a, (torch.zeros_like(h), t), q_method="published")
+
+
+def test_auto_is_published_on_the_cpu(monkeypatch, factored) -> None:
+    a, out = factored
+    calls = _spy_on_gated(monkeypatch, None)
+    verdict(a, out)
+    assert calls == ["published"]
+
+
+def test_unknown_q_method_is_refused(factored) -> None:
+    a, out = factored
+    with pytest.raises(ValueError, match="q_method"):
+        verdict(a, out, q_method="quick")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("batch", "n"), [(3, 1), (2, 2), (4, 17), (2, 64), (2, 130), (1, 300)])
+@pytest.mark.parametrize("zero_last_tau", [False, True])
+def test_blocked_q_matches_householder_product(batch: int, n: int, zero_last_tau: bool) -> None:
+    torch.manual_seed(n)
+    h, tau = torch.geqrf(torch.randn(batch, n, n))
+    if zero_last_tau:
+        tau[:, -1] = 0
+    expected = torch.linalg.householder_product(h, tau)
+    assert torch.allclose(householder_q(h, tau), expected, atol=2e-6 * max(1, n) ** 0.5)
+
+
+@pytest.mark.parametrize("block", [1, 2, 8, 32])
+def test_blocked_q_is_independent_of_block_size(block: int) -> None:
+    torch.manual_seed(0)
+    h, tau = torch.geqrf(torch.randn(2, 45, 45))
+    reference_q = torch.linalg.householder_product(h.double(), tau.double())
+    assert torch.allclose(householder_q(h.double(), tau.double(), block=block), reference_q, atol=1e-12)
+
+
+def test_wy_triangle_reproduces_product_of_reflectors() -> None:
+    torch.manual_seed(1)
+    m, k = 20, 8
+    v = torch.tril(torch.randn(m, k, dtype=torch.float64), -1) + torch.eye(m, k, dtype=torch.float64)
+    tau = torch.rand(k, dtype=torch.float64) + 1.0
+    tau[3] = 0.0  # an identity reflector
+    product = torch.eye(m, dtype=torch.float64)
+    for j in range(k):
+        product = product @ (torch.eye(m, dtype=torch.float64) - tau[j] * torch.outer(v[:, j], v[:, j]))
+    t = wy_triangles(v, tau)
+    assert torch.allclose(torch.eye(m, dtype=torch.float64) - v @ t @ v.T, product, atol=1e-12)
+
+
+def test_block_size_choice() -> None:
+    assert [default_block(n) for n in (1, 8, 16, 96, 512, 4096)] == [1, 1, 2, 8, 64, 64]
+    with pytest.raises(ValueError, match="power of two"):
+        householder_q(torch.zeros(1, 4, 4), torch.zeros(1, 4), block=3)
