@@ -77,3 +77,24 @@ def test_corpus_covers_passes_and_every_kind_of_failure() -> None:
     for fragment in ("R - Q.T @ A is too large", "Q is not orthogonal enough", "contains NaN or Inf",
                      "dtype must be", "shape must be", "output must be a tuple"):
         assert any(fragment in m for m in messages), fragment
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["published", "fast"])
+def test_cuda_checker_gives_the_corpus_verdicts(method: str) -> None:
+    """On the GPU the published path runs cuSOLVER and the fast path batched products: both
+    must give every corpus verdict, and name the same gate and matrix on a failure."""
+    for entry in _entries():
+        a = entry["A"].cuda()
+        out = entry["output"]
+        if isinstance(out, tuple):
+            out = tuple(t.cuda() if isinstance(t, torch.Tensor) else t for t in out)
+        v = verdict(a, out, q_method=method)
+        assert v.passed == entry["passed"], entry["variant"]
+        if not v.passed:
+            assert v.message.split(":")[0] == entry["message"].split(":")[0]
+            assert _matrix(v.message) == _matrix(entry["message"])
+        else:
+            published = _published_numbers(entry["message"])
+            for key in DIAGNOSTICS:
+                assert abs(v.diagnostics[key] - published[key]) <= max(0.25 * abs(published[key]), ROUNDING_LEVEL)

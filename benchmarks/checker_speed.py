@@ -1,0 +1,82 @@
+"""Time the checker: batched compact-WY Q ("fast") against the contest's householder_product path.
+
+Run on a GPU from the repo root: ``python -m benchmarks.checker_speed [--out reports/checker_speed.md]``.
+For each shape the output of ``torch.geqrf`` is checked repeatedly with both paths (CUDA
+events, median of ``--repeats`` after one warm-up); verdicts must agree and diagnostics stay
+within 25% of the published path's. Prints a table and writes it, with the GPU, versions and
+date, as Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from evaluator.environment import fingerprint
+from reference import generate_input, verdict
+
+SHAPES = ((640, 512), (60, 1024), (2, 4096))
+KEYS = ("scaled_factor_residual", "scaled_reconstruction_residual", "scaled_triangular_residual",
+        "scaled_orthogonality_residual")
+
+
+def _time_ms(fn, repeats: int) -> tuple[float, object]:
+    result = fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="Markdown file to write the table to")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 2
+
+    rows = []
+    for batch, n in SHAPES:
+        a = generate_input(batch, n, 2, 1234)
+        out = torch.geqrf(a)
+        published_ms, published = _time_ms(lambda a=a, out=out: verdict(a, out, "published"), args.repeats)
+        fast_ms, fast = _time_ms(lambda a=a, out=out: verdict(a, out, "fast"), args.repeats)
+        same = published.passed == fast.passed
+        worst_rel = max(abs(fast.diagnostics[k] - published.diagnostics[k]) / max(abs(published.diagnostics[k]), 1e-30)
+                        for k in KEYS) if same and fast.passed else float("nan")
+        rows.append([f"{batch}x{n}", f"{published_ms:.1f}", f"{fast_ms:.1f}", f"{published_ms / fast_ms:.1f}x",
+                     "yes" if same else "NO", f"{100 * worst_rel:.1f}%"])
+        del a, out
+        torch.cuda.empty_cache()
+
+    env = fingerprint("cuda")
+    headers = ["shape", "published (ms)", "fast (ms)", "speedup", "same verdict", "max diagnostic diff"]
+    table = tabulate(rows, headers=headers, tablefmt="github")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    header = (f"Checker time per check of torch.geqrf's output (median of {args.repeats}, after a warm-up), "
+              f"{env.get('gpu_name')}, driver {env.get('driver_version')}, torch {env['torch']}, "
+              f"CUDA {env['cuda']}, triton {env['triton']}, {stamp}.")
+    print(header)
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(f"# Checker speed\n\n{header}\n\n{table}\n\n"
+                            "Produced by `python -m benchmarks.checker_speed`.\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
