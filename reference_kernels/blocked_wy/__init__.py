@@ -1,0 +1,13 @@
+"""Blocked Householder QR with compact-WY trailing updates: ``qr(a) -> (H, tau)`` (``torch.geqrf`` semantics).
+
+``qr`` takes any batch (a sub-batch gathered by index included); see :mod:`.qr` for the knobs and
+for ``graph=False``, which callers with data-dependent sub-batch sizes should pass.
+``EXPORT_MODULES`` lists, in dependency order, the modules ``reference_kernels.export`` inlines
+into a one-file contest submission; packages building on this one start their list with it.
+"""
+
+from reference_kernels.blocked_wy.qr import Plan, clear_graphs, default_plan, qr
+
+EXPORT_MODULES = ("reference_kernels.blocked_wy.kernels", "reference_kernels.blocked_wy.qr")
+
+__all__ = ["EXPORT_MODULES", "Plan", "clear_graphs", "default_plan", "qr"]

@@ -1,0 +1,207 @@
+"""Triton panel factorisation: Householder QR of a tall b x m x w panel, one program per matrix.
+
+The whole panel lives in registers, so each of its w columns costs a few block-wide reductions and
+no memory traffic; that is why the panel is narrow (the orchestration in ``qr.py`` picks w so that
+the tile stays near 64 floats per thread). Optionally the program also writes the panel's compact-WY
+factors: V explicitly (unit diagonal, zeros above) and T as LAPACK's ``larft`` builds it, so that the
+trailing update is plain matrix products.
+
+Reflectors follow LAPACK ``larfg``: beta = -sign(alpha) * norm(alpha, x), tau = (beta - alpha) / beta,
+v = x / (alpha - beta), v[0] = 1; tau = 0 and the column left as it is when x is all zero.
+The kernel runs unchanged under ``TRITON_INTERPRET=1``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["MAX_TILE", "factor_panel", "panel_tile", "wy_update"]
+
+# Largest tile one program holds: 32768 floats is 64 per thread at 16 warps.
+MAX_TILE = 32768
+
+
+def panel_tile(m: int, w: int) -> tuple[int, int]:
+    """Power-of-two register tile (BLOCK_M, BLOCK_W) covering an m x w panel."""
+    return max(16, triton.next_power_of_2(m)), max(4, triton.next_power_of_2(w))
+
+
+def _warps(tile: tuple[int, int]) -> int:
+    """About 32 floats per thread; one warp for small tiles keeps every reduction inside a warp."""
+    return max(1, min(16, tile[0] * tile[1] // 1024))
+
+
+@triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m", "w"])
+def _panel_kernel(
+    src, src_off, dst, dst_off, mat_stride, row_stride,
+    tau, tau_off, tau_stride,
+    v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride,
+    m, w,
+    BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_W)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    inside = (r2 < m) & (c2 < w)
+    tile = pid * mat_stride + r2 * row_stride + c2
+    x = tl.load(src + src_off + tile, mask=inside, other=0.0)
+    taus = tl.zeros([BLOCK_W], dtype=tl.float32)
+    tri = tl.zeros([BLOCK_W, BLOCK_W], dtype=tl.float32)
+    t_rows = tl.arange(0, BLOCK_W)[:, None]
+
+    # while, not range(w): the interpreter (numpy >= 2.4) cannot index with a runtime int.
+    k = 0
+    while k < w:
+        at_k = c2 == k
+        col = tl.sum(tl.where(at_k, x, 0.0), axis=1)
+        alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
+        tail = tl.where(rows > k, col, 0.0)
+        sigma = tl.sum(tail * tail, axis=0)
+        reflect = sigma > 0.0
+        norm = tl.sqrt_rn(alpha * alpha + sigma)
+        beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
+        safe_beta = tl.where(reflect, beta, 1.0)
+        tau_k = tl.where(reflect, tl.div_rn(beta - alpha, safe_beta), 0.0)
+        vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
+
+        if WRITE_WY:
+            # Columns left of k hold finished reflectors: one reduction then gives both
+            # v^T X for the trailing columns and V^T v (larft's z) for the finished ones.
+            basis = tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
+            y = tl.where(c2 > k, x, basis)
+        else:
+            y = x
+        s = tl.sum(vk[:, None] * y, axis=0)
+        x = x - tl.where(c2 > k, tau_k * vk[:, None] * s[None, :], 0.0)
+        x = tl.where(at_k, tl.where(r2 == k, beta, tl.where(r2 > k, vk[:, None], x)), x)
+        taus = tl.where(cols == k, tau_k, taus)
+
+        if WRITE_WY:
+            # larft: T[:k, k] = -tau_k T[:k, :k] (V[:, :k]^T v_k), T[k, k] = tau_k.
+            z = tl.where(cols < k, s, 0.0)
+            tz = tl.sum(tri * z[None, :], axis=1)
+            t_col = tl.where(cols == k, tau_k, -tau_k * tz)
+            tri = tl.where(c2 == k, t_col[:, None], tri)
+        k += 1
+
+    tl.store(dst + dst_off + tile, x, mask=inside)
+    tl.store(tau + tau_off + pid * tau_stride + cols, taus, mask=cols < w)
+    if WRITE_WY:
+        basis = tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
+        tl.store(v + v_off + pid * v_mat_stride + r2 * v_row_stride + c2, basis, mask=inside)
+        t_mask = (t_rows < w) & (c2 < w)
+        tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
+
+
+def _base(view: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The view's storage from element 0, and the view's offset into it.
+
+    Passing an aligned base pointer plus an unspecialised offset keeps the number of compiled
+    variants at one per tile shape, however many panel positions a factorisation visits.
+    """
+    return view.as_strided((1,), (1,), 0), view.storage_offset()
+
+
+def factor_panel(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    tau: torch.Tensor,
+    wy: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> None:
+    """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
+
+    ``tau`` (b x w) receives the reflector scalars. With ``wy = (V, T)``, V (b x m x w) receives the
+    reflectors with their unit diagonal and zeros above it, and T (b x w x w) the upper triangle with
+    ``H_1 ... H_w = I - V T V^T``. Every view must have unit stride along its last dimension.
+    """
+    batch, m, w = dst.shape
+    if src.shape != dst.shape or m < w or tau.shape != (batch, w):
+        raise ValueError(f"bad panel shapes: src {tuple(src.shape)}, dst {tuple(dst.shape)}, tau {tuple(tau.shape)}")
+    if src.stride() != dst.stride():
+        raise ValueError("src and dst must share one layout")
+    tile = panel_tile(m, w)
+    src_base, src_off = _base(src)
+    dst_base, dst_off = _base(dst)
+    tau_base, tau_off = _base(tau)
+    if wy is None:
+        v_args = t_args = (tau_base, 0, 0, 0)
+    else:
+        v, t = wy
+        v_args = (*_base(v), v.stride(0), v.stride(1))
+        t_args = (*_base(t), t.stride(0), t.stride(1))
+    _panel_kernel[(batch,)](
+        src_base, src_off, dst_base, dst_off, dst.stride(0), dst.stride(1),
+        tau_base, tau_off, tau.stride(0),
+        *v_args,
+        *t_args,
+        m, w,
+        BLOCK_M=tile[0], BLOCK_W=tile[1], WRITE_WY=wy is not None,
+        num_warps=_warps(tile),
+    )
+
+
+@triton.jit(do_not_specialize=["c_off", "m", "ncols"])
+def _wy_update_kernel(
+    c, c_off, c_mat_stride, c_row_stride,
+    v, v_mat_stride, v_row_stride,
+    t, t_mat_stride, t_row_stride,
+    m, ncols,
+    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    cols = pid_n * BN + tl.arange(0, BN)
+    ks = tl.arange(0, NB)
+    rows = tl.arange(0, BM)
+    c_mat = c + c_off + pid_b * c_mat_stride
+    v_mat = v + pid_b * v_mat_stride
+    col_ok = cols[None, :] < ncols
+
+    acc = tl.zeros([NB, BN], dtype=tl.float32)
+    r0 = 0
+    while r0 < m:  # while, not range: see _panel_kernel
+        r = r0 + rows[:, None]
+        vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
+        cc = tl.load(c_mat + r * c_row_stride + cols[None, :], mask=(r < m) & col_ok, other=0.0)
+        acc = tl.dot(tl.trans(vv), cc, acc, input_precision=PRECISION)
+        r0 += BM
+    tt = tl.load(t + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
+    w = tl.dot(tl.trans(tt), acc, input_precision=PRECISION)
+    r0 = 0
+    while r0 < m:
+        r = r0 + rows[:, None]
+        vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
+        ptrs = c_mat + r * c_row_stride + cols[None, :]
+        cc = tl.load(ptrs, mask=(r < m) & col_ok, other=0.0)
+        cc = cc - tl.dot(vv, w, input_precision=PRECISION)
+        tl.store(ptrs, cc, mask=(r < m) & col_ok)
+        r0 += BM
+
+
+def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, precision: str) -> None:
+    """``c <- c - V (T^T (V^T c))`` for every matrix in one launch, ``tl.dot`` at ``precision``.
+
+    Fuses the three products of a compact-WY trailing update: each program owns a strip of BN
+    columns of one matrix, accumulates V^T C over the rows, multiplies by T^T and streams the
+    rows again to subtract V W. ``precision`` is ``"ieee"`` (FP32 FMA) or ``"tf32x3"`` (split TF32
+    on tensor cores, near-FP32 accuracy). V is b x m x nb, T b x nb x nb, nb a power of two >= 16.
+    """
+    batch, m, ncols = c.shape
+    nb = v.shape[-1]
+    if v.shape != (batch, m, nb) or t.shape != (batch, nb, nb) or nb < 16 or nb & (nb - 1):
+        raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
+    if v.stride(-1) != 1 or t.stride(-1) != 1 or c.stride(-1) != 1:
+        raise ValueError("c, v and t need unit stride along their last dimension")
+    block_n = 64
+    c_base, c_off = _base(c)
+    _wy_update_kernel[(triton.cdiv(ncols, block_n), batch)](
+        c_base, c_off, c.stride(0), c.stride(1),
+        v, v.stride(0), v.stride(1),
+        t, t.stride(0), t.stride(1),
+        m, ncols,
+        NB=nb, BM=64, BN=block_n, PRECISION=precision,
+        num_warps=4,
+    )

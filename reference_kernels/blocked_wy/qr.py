@@ -1,0 +1,204 @@
+"""Blocked Householder QR with compact-WY trailing updates (LAPACK geqrf's structure, batched).
+
+Small matrices (n <= ``whole_max``) are factored unblocked, one Triton program per matrix with the
+whole matrix in registers: at those sizes a single launch is the whole cost. Larger ones go panel
+by panel: a panel of ``nb`` columns is factored in registers by the same kernel (split into leaves
+when it is too tall for one program's registers), which also emits V and T, and the trailing matrix
+is updated as ``A <- A - V (T^T (V^T A))`` with batched products in FP32. On CUDA the blocked
+factorisation is captured once per (shape, device, plan) as a CUDA graph, since the hundreds of
+small launches would otherwise dominate below n ~ 1024.
+
+``qr`` accepts any batch size, so a caller may pass a sub-batch gathered by index (the
+cholesky_orhr fallback does). For sub-batches whose size changes from call to call, pass
+``graph=False``: every new shape would otherwise be captured anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile, wy_update
+
+__all__ = ["Plan", "Update", "clear_graphs", "default_plan", "qr"]
+
+Update = Literal["torch", "ieee", "tf32x3"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one matrix size is factored; every field is a knob of ``benchmarks/kernel_dev.py``.
+
+    - ``nb``: columns per trailing update (a power of two).
+    - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
+      register tile stays within ``MAX_TILE`` floats.
+    - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
+    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), or one fused Triton kernel
+      with ``tl.dot`` at ``ieee`` (FP32) or ``tf32x3`` (split TF32) precision.
+    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture).
+    """
+
+    nb: int
+    leaf: int
+    whole_max: int
+    update: Update = "torch"
+    graph: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("nb", "leaf"):
+            value = getattr(self, name)
+            if value <= 0 or value & (value - 1):
+                raise ValueError(f"{name} must be a positive power of two, got {value}")
+        if self.update not in ("torch", "ieee", "tf32x3"):
+            raise ValueError(f"update must be 'torch', 'ieee' or 'tf32x3', got {self.update!r}")
+        if self.update != "torch" and self.nb < 16:
+            raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
+
+
+def default_plan(n: int) -> Plan:
+    """The default per size: whole-matrix programs up to 128x128 tiles, then 32-column panels
+    (64 from n = 2048, where fewer, larger trailing products pay off and panels split into leaves)."""
+    nb = 32 if n <= 1024 else 64
+    return Plan(nb=nb, leaf=nb, whole_max=128)
+
+
+@contextmanager
+def _ieee_fp32() -> Iterator[None]:
+    """Full-precision FP32 cuBLAS products for the duration (TF32 off), restored afterwards."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = saved
+
+
+def _apply_qt(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update) -> None:
+    """c <- (I - V T V^T)^T c in place, the compact-WY form of applying H_k ... H_1."""
+    if update != "torch":
+        wy_update(c, v, t, update)
+        return
+    w = torch.bmm(v.transpose(1, 2), c)
+    w = torch.bmm(t.transpose(1, 2), w)
+    c.baddbmm_(v, w, alpha=-1.0)
+
+
+def _leaf_width(m: int, leaf: int) -> int:
+    """Widest leaf (<= ``leaf``) whose register tile for m rows fits in ``MAX_TILE``."""
+    return max(1, min(leaf, MAX_TILE // panel_tile(m, 1)[0]))
+
+
+def _factor_block(panel: torch.Tensor, tau: torch.Tensor, leaf: int, need_t: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Factor a b x m x w panel in place; return its V (b x m x w) and T (b x w x w).
+
+    A panel wider than its leaf width is factored leaf by leaf, each leaf's reflectors applied
+    to the rest of the panel, and T assembled as [[T1, -T1 (V1^T V2) T2], [0, T2]] (only when
+    ``need_t``: the last panel of a matrix has no trailing update).
+    """
+    batch, m, w = panel.shape
+    step = _leaf_width(m, leaf)
+    alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
+    v = alloc(batch, m, w)
+    t = alloc(batch, w, w)
+    for c in range(0, w, step):
+        e = min(c + step, w)
+        v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
+        leaf_panel = panel[:, c:, c:e]
+        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf))
+        if e < w:
+            _apply_qt(panel[:, c:, e:], v_leaf, t_leaf, "torch")
+        if c > 0 and need_t:
+            cross = torch.bmm(v[:, c:, :c].transpose(1, 2), v_leaf)
+            t[:, :c, c:e].baddbmm_(t[:, :c, :c], torch.bmm(cross, t_leaf), beta=0.0, alpha=-1.0)
+    return v, t
+
+
+def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan) -> None:
+    """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar."""
+    n = h.shape[-1]
+    for j0 in range(0, n, plan.nb):
+        j1 = min(j0 + plan.nb, n)
+        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan.leaf, need_t=j1 < n)
+        if j1 < n:
+            _apply_qt(h[:, j0:, j1:], v, t, plan.update)
+
+
+class _GraphedQR:
+    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call."""
+
+    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
+        self.h = torch.zeros_like(like)
+        self.tau = like.new_empty(like.shape[:2])
+        current = torch.cuda.current_stream(like.device)
+        side = torch.cuda.Stream(like.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            # Warm-up outside the capture: compiles the Triton kernels, creates cuBLAS handles.
+            _factor_in_place(self.h, self.tau, plan)
+        current.wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            _factor_in_place(self.h, self.tau, plan)
+
+    def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.h.copy_(a)
+        self.graph.replay()
+        return self.h.clone(), self.tau.clone()
+
+
+_GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan], _GraphedQR] = {}
+
+
+def clear_graphs() -> None:
+    """Drop every captured graph and its memory (between benchmark variants)."""
+    _GRAPHS.clear()
+
+
+def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (tuple(a.shape), a.device, plan)
+    with torch.cuda.device(a.device):
+        if key not in _GRAPHS:
+            _GRAPHS[key] = _GraphedQR(a, plan)
+        return _GRAPHS[key](a)
+
+
+def qr(
+    a: torch.Tensor,
+    *,
+    nb: int | None = None,
+    leaf: int | None = None,
+    whole_max: int | None = None,
+    update: Update | None = None,
+    graph: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
+
+    Outputs are fresh tensors; ``a`` is left unchanged; all work is queued on the current stream.
+    Keyword arguments override :func:`default_plan` (``leaf`` defaults to ``nb``).
+    """
+    if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
+        raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
+    a = a.contiguous()
+    batch, n, _ = a.shape
+    base = default_plan(n)
+    nb = base.nb if nb is None else nb
+    overrides = {"leaf": nb if leaf is None else leaf, "whole_max": whole_max, "update": update, "graph": graph}
+    plan = replace(base, nb=nb, **{key: value for key, value in overrides.items() if value is not None})
+
+    if n <= plan.whole_max:
+        h = torch.empty_like(a)
+        tau = a.new_empty(batch, n)
+        factor_panel(a, h, tau)
+        return h, tau
+    with _ieee_fp32():
+        if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
+            return _graphed(a, plan)
+        h = a.clone()
+        tau = a.new_empty(batch, n)
+        _factor_in_place(h, tau, plan)
+        return h, tau
