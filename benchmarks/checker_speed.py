@@ -1,10 +1,11 @@
 """Time the checker: batched compact-WY Q ("fast") against the contest's householder_product path.
 
 Run on a GPU from the repo root: ``python -m benchmarks.checker_speed [--out reports/checker_speed.md]``.
-For each shape the output of ``torch.geqrf`` is checked repeatedly with both paths (CUDA
-events, median of ``--repeats`` after one warm-up); verdicts must agree and diagnostics stay
-within 25% of the published path's. Prints a table and writes it, with the GPU, versions and
-date, as Markdown.
+For each shape the output of ``torch.geqrf`` is checked repeatedly with both paths (wall time
+after a device synchronize, median of ``--repeats`` after one warm-up); the table shows whether
+the verdicts agree and the largest difference between their diagnostics, in units of n·eps
+(the gates are 20 and 100). Prints the table and writes it, with the GPU, versions and date,
+as Markdown.
 """
 
 from __future__ import annotations
@@ -55,15 +56,14 @@ def main() -> int:
         published_ms, published = _time_ms(lambda a=a, out=out: verdict(a, out, "published"), args.repeats)
         fast_ms, fast = _time_ms(lambda a=a, out=out: verdict(a, out, "fast"), args.repeats)
         same = published.passed == fast.passed
-        worst_rel = max(abs(fast.diagnostics[k] - published.diagnostics[k]) / max(abs(published.diagnostics[k]), 1e-30)
-                        for k in KEYS) if same and fast.passed else float("nan")
+        worst_abs = max(abs(fast.diagnostics[k] - published.diagnostics[k]) for k in KEYS) if same else float("nan")
         rows.append([f"{batch}x{n}", f"{published_ms:.1f}", f"{fast_ms:.1f}", f"{published_ms / fast_ms:.1f}x",
-                     "yes" if same else "NO", f"{100 * worst_rel:.1f}%"])
+                     "yes" if same else "NO", f"{worst_abs:.3f}"])
         del a, out
         torch.cuda.empty_cache()
 
     env = fingerprint("cuda")
-    headers = ["shape", "published (ms)", "fast (ms)", "speedup", "same verdict", "max diagnostic diff"]
+    headers = ["shape", "published (ms)", "fast (ms)", "speedup", "same verdict", "max diagnostic diff (n·eps)"]
     table = tabulate(rows, headers=headers, tablefmt="github")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     header = (f"Checker time per check of torch.geqrf's output (median of {args.repeats}, after a warm-up), "

@@ -15,6 +15,7 @@ materialised from ``(H, tau)``:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -186,19 +187,62 @@ def _gated(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, method: Literal[
         "batch": batch,
         "n": n,
     }
-    message = "; ".join(
-        f"{key}={value}" if isinstance(value, int) else f"{key}={value:.3g}"
-        for key, value in diagnostics.items()
-    )
-    return Verdict(True, message, diagnostics)
+    return Verdict(True, _pass_message(diagnostics), diagnostics)
 
 
-def _clear_pass(v: Verdict) -> bool:
-    d = v.diagnostics
-    return v.passed and (
-        d["scaled_factor_residual"] < _AUTO_TRUST * FACTOR_RTOL_FACTOR
-        and d["scaled_orthogonality_residual"] < _AUTO_TRUST * ORTH_RTOL_FACTOR
+def _pass_message(diagnostics: dict[str, float | int]) -> str:
+    return "; ".join(
+        f"{key}={value}" if isinstance(value, int) else f"{key}={value:.3g}" for key, value in diagnostics.items()
     )
+
+
+def _column_sum_max(x: torch.Tensor) -> torch.Tensor:
+    """The matrix 1-norm of each matrix in one fused reduction (no |x| temporary)."""
+    return torch.linalg.vector_norm(x, ord=1, dim=-2).amax(dim=-1)
+
+
+def _fast_clear_pass(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> Verdict | None:
+    """The gates with a blocked Q and fused float64 products, for a pass with room to spare.
+
+    Returns the pass (with the contest's diagnostics) when every scaled residual is under half
+    its gate, else None: failures, near-gate passes and anything non-finite go to the
+    published path, which gives the contest's verdict and message. Each residual comes out of
+    one product with the subtraction fused in (``baddbmm``), and norms are single reductions,
+    so the float64 work is three products and a few passes over memory.
+    """
+    batch, n, _ = a.shape
+    with _ieee_fp32_matmul():
+        q = householder_q(h, tau)
+    q64, a64 = q.double(), a.double()
+    r64 = h.double().triu_()
+    eps_n = _EPS32 * max(n, 1)
+
+    a_norms = _column_sum_max(a64)
+    diff = torch.baddbmm(r64, q64.transpose(-1, -2), a64, alpha=-1.0)  # R - Q^T A
+    factor_scaled = _column_sum_max(diff) / (eps_n * a_norms.clamp_min(1e-30))
+    tri_residual = _column_sum_max(diff.tril_(diagonal=-1)).amax()  # tril(R) = 0: this is -tril(Q^T A)
+    del diff
+    eye = torch.eye(n, device=a.device, dtype=torch.float64)
+    orth_scaled = _column_sum_max(torch.baddbmm(eye, q64.transpose(-1, -2), q64, beta=-1.0)).amax() / eps_n
+    recon_residual = _column_sum_max(torch.baddbmm(a64, q64, r64, beta=-1.0)).amax()  # QR - A
+    a_scale = a_norms.amax().clamp_min(1e-30)
+
+    worst_factor = factor_scaled.amax().item()
+    orth = orth_scaled.item()
+    finite = all(map(math.isfinite, (worst_factor, orth, tri_residual.item(), recon_residual.item())))
+    if not (finite and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR and orth < _AUTO_TRUST * ORTH_RTOL_FACTOR):
+        return None
+    diagnostics: dict[str, float | int] = {
+        "factor_rtol": _rtol(n, FACTOR_RTOL_FACTOR),
+        "orth_rtol": _rtol(n, ORTH_RTOL_FACTOR),
+        "scaled_factor_residual": worst_factor,
+        "scaled_reconstruction_residual": (recon_residual / (eps_n * a_scale)).item(),
+        "scaled_triangular_residual": (tri_residual / (eps_n * a_scale)).item(),
+        "scaled_orthogonality_residual": orth,
+        "batch": batch,
+        "n": n,
+    }
+    return Verdict(True, _pass_message(diagnostics), diagnostics)
 
 
 def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> Verdict:
@@ -221,8 +265,7 @@ def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> Verd
         q_method = "fast" if a.device.type == "cuda" else "published"
     if q_method != "fast":
         return _gated(a, h, tau, q_method)
-    fast = _gated(a, h, tau, "blocked")
-    return fast if _clear_pass(fast) else _gated(a, h, tau, "published")
+    return _fast_clear_pass(a, h, tau) or _gated(a, h, tau, "published")
 
 
 def check(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> tuple[bool, str]:

@@ -17,9 +17,13 @@ DIAGNOSTICS = (
     "scaled_triangular_residual",
     "scaled_orthogonality_residual",
 )
-# A fixed absolute slack below which two float32 materialisations of Q cannot be told apart:
-# a hundredth of the gate's unit (n·eps), far under the .3g rounding of the corpus's own text.
+# Absolute slacks (in the diagnostics' unit, n·eps; the gates are 20 and 100) under which two
+# float32 materialisations of Q cannot be told apart. On the CPU, the blocked Q and LAPACK's
+# differ by at most 0.05 on this corpus. Across devices the contest's own checker moves more:
+# cuSOLVER's orgqr on an H200 gives an orthogonality of 1.10 where LAPACK gave 0.708 for the
+# same exact factors (measured 2026-11-29), so GPU results are held to 0.5.
 ROUNDING_LEVEL = 0.05
+CROSS_DEVICE_ROUNDING_LEVEL = 0.5
 
 
 @cache
@@ -97,4 +101,5 @@ def test_cuda_checker_gives_the_corpus_verdicts(method: str) -> None:
         else:
             published = _published_numbers(entry["message"])
             for key in DIAGNOSTICS:
-                assert abs(v.diagnostics[key] - published[key]) <= max(0.25 * abs(published[key]), ROUNDING_LEVEL)
+                slack = max(0.25 * abs(published[key]), CROSS_DEVICE_ROUNDING_LEVEL)
+                assert abs(v.diagnostics[key] - published[key]) <= slack, (entry["variant"], key)
