@@ -1,0 +1,6 @@
+import time
+
+
+def custom_kernel(data):
+    while True:
+        time.sleep(1)

@@ -1,0 +1,1 @@
+ORIGIN = "other_helper"

@@ -1,0 +1,2 @@
+def custom_kernel(data):
+    raise RuntimeError("kernel blew up on purpose")

@@ -1,0 +1,78 @@
+"""A kernel that raises, crashes, exits, hangs, floods its output or returns the wrong type
+fails only itself, with a clear reason; the other contestants' results stay on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluator.cli import main
+from evaluator.contestant import resolve_contestant
+from evaluator.runner import RunOptions, run_contestant
+from evaluator.shapes import load_shapes
+
+FIXTURES = Path(__file__).parent / "contestants"
+TINY = load_shapes(Path(__file__).parent / "shapes_tiny.yaml")
+CPU = RunOptions(device="cpu")
+
+
+def _test_run(name: str, options: RunOptions = CPU):
+    return run_contestant(resolve_contestant(FIXTURES / name), "test", TINY, options)
+
+
+def test_exception_is_the_cases_error_with_traceback() -> None:
+    run = _test_run("raises.py")
+    case = run.stages[0].cases[0]
+    assert case.status == "error"
+    assert "RuntimeError: kernel blew up on purpose" in case.message
+    assert "raises.py" in case.message  # the traceback tail names the line
+
+
+def test_segfault_is_a_crash_named_by_signal() -> None:
+    run = _test_run("segfault.py")
+    assert run.status == "crash"
+    assert "killed by SIGSEGV" in run.stages[0].reason
+    assert [c.status for c in run.stages[0].cases] == ["skipped", "skipped"]
+
+
+def test_os_exit_is_a_crash_with_its_code() -> None:
+    run = _test_run("exits.py")
+    assert run.status == "crash"
+    assert "exited with code 3" in run.stages[0].reason
+
+
+def test_hang_is_stopped_at_the_time_limit() -> None:
+    run = _test_run("hangs.py", RunOptions(device="cpu", timeout_scale=0.25))
+    assert run.status == "timeout"
+    assert "exceeded the 5 s limit of test mode" in run.stages[0].reason
+
+
+def test_flood_of_output_is_harmless() -> None:
+    run = _test_run("floods.py")
+    assert run.passed
+
+
+def test_wrong_output_type_fails_with_the_contest_message() -> None:
+    run = _test_run("wrong_type.py")
+    assert run.stages[0].cases[0].message == "output must be a tuple `(H, tau)`"
+
+
+def test_load_failure_is_the_contestants_error() -> None:
+    run = _test_run("syntax_error.py")
+    assert run.status == "error"
+    assert "syntax_error: syntax error" in run.stages[0].reason
+
+
+@pytest.mark.slow
+def test_other_contestants_results_survive_a_crash(capsys, tmp_path: Path) -> None:
+    out_json = tmp_path / "r.json"
+    code = main(["test", "geqrf", str(FIXTURES / "segfault.py"), str(FIXTURES / "hangs.py"),
+                 str(FIXTURES / "contest_format"), "--shapes", str(Path(__file__).parent / "shapes_tiny.yaml"),
+                 "--device", "cpu", "--json", str(out_json)])
+    capsys.readouterr()
+    assert code == 112
+    runs = json.loads(out_json.read_text())["runs"]
+    assert [(r["contestant"]["name"], r["status"]) for r in runs] == [
+        ("geqrf", "pass"), ("segfault", "crash"), ("hangs", "timeout"), ("contest_format", "pass")]

@@ -1,0 +1,95 @@
+"""Shape files: the bundled sets match the contract; malformed files are refused clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evaluator.shapes import Case, ShapeFileError, load_shapes, resolve_shapes
+from reference import CASES
+from tests.conftest import GOLDEN
+
+
+def test_qr_v2_is_the_contests_set() -> None:
+    shapes = resolve_shapes("qr_v2")
+    golden = json.loads((GOLDEN / "inputs_cpu.json").read_text())["inputs"]
+    assert [c.fields() for c in shapes.tests] == [e["spec"] for e in golden if e["group"] == "tests"]
+    assert [c.fields() for c in shapes.benchmarks] == [e["spec"] for e in golden if e["group"] == "benchmarks"]
+    assert (len(shapes.tests), len(shapes.benchmarks)) == (22, 12)
+    assert shapes.timeouts_s == {"test": 240, "benchmark": 480, "leaderboard": 900}
+    assert shapes.timing.max_inputs == 50  # the contest's protocol, no overrides
+
+
+def test_smoke_set_covers_every_case_type_at_small_n() -> None:
+    shapes = resolve_shapes("smoke")
+    assert {c.kind for c in shapes.tests} == set(CASES)
+    assert max(c.n for c in (*shapes.tests, *shapes.benchmarks)) <= 96
+
+
+def test_spec_line_is_the_contest_runners_text() -> None:
+    assert Case(20, 32, 1, 53124).spec == "batch: 20; n: 32; cond: 1; seed: 53124"
+    assert Case(16, 512, 4, 1, "dense").spec == "batch: 16; n: 512; cond: 4; seed: 1; case: dense"
+
+
+def test_case_work_and_input_count() -> None:
+    case = Case(640, 512, 2, 1029)
+    assert case.flops == pytest.approx(4 / 3 * 512**3 * 640)
+    assert case.min_bytes == 8 * 512 * 512 * 640
+    timing = resolve_shapes("qr_v2").timing
+    assert timing.input_count(case) == 1
+    assert timing.input_count(Case(20, 32, 1, 1)) == 50
+
+
+def _write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+GOOD_CASE = {"batch": 2, "n": 8, "cond": 1, "seed": 3}
+
+
+def _doc(**overrides: object) -> dict:
+    doc = {"name": "t", "timeouts_s": {"test": 10}, "tests": [GOOD_CASE], "benchmarks": [GOOD_CASE]}
+    doc.update(overrides)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        (_doc(tests=[{**GOOD_CASE, "case": "sparse"}]), "tests[0]: unknown case 'sparse'"),
+        (_doc(benchmarks=[GOOD_CASE, {**GOOD_CASE, "n": 0}]), "benchmarks[1]: n must be positive, got 0"),
+        (_doc(tests=[{"batch": 2, "n": 8, "cond": 1}]), "tests[0]: missing key(s) seed"),
+        (_doc(tests=[{**GOOD_CASE, "n": "8"}]), "tests[0]: n must be an integer, got '8'"),
+        (_doc(tests=[{**GOOD_CASE, "size": 3}]), "tests[0]: unknown key(s) size"),
+        (_doc(tests=[{**GOOD_CASE, "cond": -2}]), "tests[0]: cond must be non-negative"),
+        (_doc(tests=[]), "tests: expected a non-empty list"),
+        (_doc(timeouts_s={"tset": 3}), "timeouts_s.tset: unknown mode"),
+        (_doc(timing={"max_inputs": 0}), "timing.max_inputs: expected a positive integer"),
+        (_doc(timing={"budget": 1}), "timing.budget: unknown setting"),
+        ("tests: [", "not valid YAML"),
+        ("- 1\n- 2\n", "expected a mapping"),
+    ],
+)
+def test_malformed_file_is_refused_naming_file_entry_and_problem(tmp_path: Path, doc: object, fragment: str) -> None:
+    path = _write(tmp_path, doc)
+    with pytest.raises(ShapeFileError) as info:
+        load_shapes(path)
+    assert str(path) in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_unknown_set_name_lists_the_bundled_ones() -> None:
+    with pytest.raises(ShapeFileError, match=r"bundled: qr_v2, smoke"):
+        resolve_shapes("nosuchset")
+
+
+def test_timing_overrides_are_read(tmp_path: Path) -> None:
+    shapes = load_shapes(_write(tmp_path, _doc(timing={"max_inputs": 3, "benchmark_budget_s": 0.5})))
+    assert shapes.timing.max_inputs == 3
+    assert shapes.timing.benchmark_budget_s == 0.5
+    assert shapes.timing.leaderboard_budget_s == 30.0
