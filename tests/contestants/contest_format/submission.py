@@ -1,12 +1,13 @@
 # An unmodified-style contest submission: imports the contest's modules and a sibling file.
 import torch
 from helper import ORIGIN, factor
-from reference import check_implementation, generate_input
 from task import input_t, output_t
 from utils import set_seed
 
+from reference import check_implementation, generate_input
+
 assert ORIGIN == "contest_format"
-assert callable(check_implementation) and callable(generate_input) and callable(set_seed)
+assert all(map(callable, (check_implementation, generate_input, set_seed)))
 
 
 def custom_kernel(data: input_t) -> output_t:
