@@ -70,12 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for mode in RUN_MODES:
         p = sub.add_parser(mode, help=f"run contestants in {mode} mode")
+        p.set_defaults(func=_cmd_run)
         p.add_argument("contestants", nargs="+", metavar="CONTESTANT",
                        help="name under contestants/, a folder with submission.py, or a .py file")
         _add_run_options(p)
         if mode == "profile":
             p.add_argument("--profiler", action="store_true", help="also run under the torch profiler (CUDA)")
     p = sub.add_parser("rank", help="leaderboard run of contestants (default: all of contestants/) and a ranking")
+    p.set_defaults(func=_cmd_rank)
     p.add_argument("contestants", nargs="*", metavar="CONTESTANT")
     _add_run_options(p)
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
@@ -171,9 +173,7 @@ def _cmd_rank(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "rank":
-            return _cmd_rank(args)
-        return _cmd_run(args)
+        return args.func(args)
     except UsageError as exc:
         print(f"qrbench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
