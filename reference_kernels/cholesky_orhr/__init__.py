@@ -1,0 +1,19 @@
+"""Cholesky-based QR with Householder reconstruction: ``qr(a) -> (H, tau)`` (``torch.geqrf`` semantics).
+
+FP64 CholeskyQR (one pass, a second one where the matrix's own accuracy test asks for it) gives an
+orthonormal Q; an LU of Q - S (LAPACK xORHR_COL) turns it into compact Householder factors.
+Matrices the Gram route cannot handle go to blocked Householder QR; see :mod:`.qr`.
+``EXPORT_MODULES`` lists, in dependency order, the modules ``reference_kernels.export`` inlines
+into a one-file contest submission.
+"""
+
+from reference_kernels.cholesky_orhr.qr import Route, qr, qr_routed
+
+EXPORT_MODULES = (
+    "reference_kernels.cholesky_orhr.kernels",
+    "reference_kernels.cholesky_orhr.cholqr",
+    "reference_kernels.cholesky_orhr.orhr",
+    "reference_kernels.cholesky_orhr.qr",
+)
+
+__all__ = ["EXPORT_MODULES", "Route", "qr", "qr_routed"]

@@ -1,0 +1,321 @@
+"""Triton kernels of the Cholesky-ORHR QR: the small, sequential pieces, one program per matrix.
+
+Everything with real arithmetic volume (Gram matrices, Schur complements, products with inverses)
+is a batched matrix product in ``cholqr.py`` / ``orhr.py``; what is left for Triton is
+
+- ``classify``: per column, "any non-zero at all" and "any non-zero below the diagonal" (routing);
+- ``cholesky_block``: Cholesky factor and its inverse of one diagonal block (a recursion leaf);
+- ``lu_block``: the ORHR sign-choosing LU of one diagonal block, with both triangular inverses;
+- ``deviation_from_identity``: max |G - I| per matrix, the accuracy test of CholeskyQR;
+- ``assemble``: H = strict-lower(V) + S R and tau, scattered into the output batch.
+
+Leaf tiles live in registers and are worked on in FP64 whatever the storage type: a leaf is at most
+64 x 64, so the extra register pressure is small and its pivots and inverses come out correctly
+rounded. Loops are ``while`` loops because the interpreter (numpy >= 2.4) cannot index with a
+runtime ``range`` variable; every kernel runs unchanged under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "MAX_LEAF",
+    "assemble",
+    "cholesky_block",
+    "classify",
+    "deviation_from_identity",
+    "lu_block",
+]
+
+# Widest diagonal block a leaf kernel holds: three 64 x 64 FP64 tiles are 48 registers per thread
+# at 8 warps.
+MAX_LEAF = 64
+
+
+def _tile(k: int) -> int:
+    """Power-of-two register tile edge for a k x k leaf (>= 16 so layouts stay regular)."""
+    return max(16, triton.next_power_of_2(k))
+
+
+def _warps(tile: int) -> int:
+    """About 16 FP64 values per thread and tile."""
+    return max(1, min(8, tile * tile // 512))
+
+
+def _check_whole(*tensors: torch.Tensor) -> None:
+    """Leaf kernels address blocks of whole contiguous buffers by an unspecialised offset (one
+    compiled variant per tile shape however many block positions a recursion visits)."""
+    for t in tensors:
+        if not t.is_contiguous() or t.storage_offset() != 0:
+            raise ValueError("leaf kernels need whole contiguous buffers")
+
+
+@triton.jit
+def _inverse_upper(u, rows, cols, kb):
+    """X = U^-1 for an upper-triangular tile whose diagonal is non-zero (padding diagonal 1).
+
+    Column j of X solves X[:, :j] U[:j, j] + X[:, j] U[j, j] = e_j; columns >= j of X are still zero
+    when column j is formed, so one full-width reduction per column suffices.
+    """
+    ut = tl.trans(u)
+    x = tl.where((rows[:, None] == cols[None, :]) & (rows[:, None] >= kb), 1.0, 0.0).to(u.dtype)
+    j = 0
+    while j < kb:
+        ucol = tl.sum(tl.where(rows[:, None] == j, ut, 0.0), axis=0)  # U[:, j], indexed along cols
+        ujj = tl.sum(tl.where(cols == j, ucol, 0.0), axis=0)
+        acc = tl.sum(x * ucol[None, :], axis=1)
+        xcol = (tl.where(rows == j, 1.0, 0.0) - acc) / ujj
+        x = tl.where(cols[None, :] == j, xcol[:, None], x)
+        j += 1
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing: which columns are non-zero, and which have non-zeros below the diagonal.
+
+
+@triton.jit
+def _classify_kernel(a, nonzero, below, n, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    any_nz = tl.zeros([BLOCK_C], dtype=tl.int32)
+    any_below = tl.zeros([BLOCK_C], dtype=tl.int32)
+    r0 = 0
+    while r0 < n:
+        rows = r0 + tl.arange(0, BLOCK_R)
+        inside = (rows[:, None] < n) & (cols[None, :] < n)
+        x = tl.load(a + pid * n * n + rows[:, None] * n + cols[None, :], mask=inside, other=0.0)
+        nz = tl.where(x != 0.0, 1, 0)  # NaN counts as non-zero
+        any_nz = tl.maximum(any_nz, tl.max(nz, axis=0))
+        any_below = tl.maximum(any_below, tl.max(tl.where(rows[:, None] > cols[None, :], nz, 0), axis=0))
+        r0 += BLOCK_R
+    tl.store(nonzero + pid * n + cols, any_nz.to(tl.int8), mask=cols < n)
+    tl.store(below + pid * n + cols, any_below.to(tl.int8), mask=cols < n)
+
+
+def classify(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per matrix and column of a contiguous b x n x n ``a``: (any non-zero, any non-zero below
+    the diagonal), as b x n bool tensors, from one read of ``a``."""
+    batch, n, _ = a.shape
+    nonzero = torch.empty((batch, n), dtype=torch.int8, device=a.device)
+    below = torch.empty((batch, n), dtype=torch.int8, device=a.device)
+    block_c = 32
+    _classify_kernel[(batch, triton.cdiv(n, block_c))](a, nonzero, below, n, BLOCK_R=64, BLOCK_C=block_c)
+    return nonzero.bool(), below.bool()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cholesky leaf: G = R^T R for one diagonal block, and R^-1.
+
+
+@triton.jit(do_not_specialize=["off", "kb"])
+def _cholesky_kernel(g, x, info, off, mat_stride, row_stride, kb, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    inside = (r2 < kb) & (c2 < kb)
+    base = off + pid * mat_stride
+    # Only the upper triangle is trusted (products leave the two halves a few ulps apart): mirror it.
+    upper = tl.load(g + base + r2 * row_stride + c2, mask=inside & (r2 <= c2), other=0.0)
+    mirror = tl.load(g + base + c2 * row_stride + r2, mask=inside & (r2 > c2), other=0.0)
+    t = (upper + mirror).to(tl.float64)
+    t = tl.where((r2 == c2) & (r2 >= kb), 1.0, t)
+    r = tl.where((r2 == c2) & (r2 >= kb), 1.0, 0.0).to(tl.float64)
+    failed = tl.zeros([], dtype=tl.int32)
+    j = 0
+    while j < kb:
+        row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
+        col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
+        pivot = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
+        ok = pivot > 0.0  # false for NaN too
+        failed = tl.maximum(failed, tl.where(ok, 0, 1))
+        scale = 1.0 / tl.sqrt(tl.where(ok, pivot, 1.0))
+        r_row = tl.where(cols >= j, row * scale, 0.0)
+        r_col = tl.where(rows >= j, col * scale, 0.0)
+        t = t - r_col[:, None] * r_row[None, :]
+        r = tl.where(r2 == j, r_row[None, :], r)
+        j += 1
+    inv = _inverse_upper(r, rows, cols, kb)
+    tl.store(g + base + r2 * row_stride + c2, r.to(g.dtype.element_ty), mask=inside)
+    tl.store(x + base + r2 * row_stride + c2, inv.to(x.dtype.element_ty), mask=inside)
+    tl.store(info + pid, failed, mask=failed > 0)
+
+
+def cholesky_block(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: int, kb: int) -> None:
+    """Factor the diagonal block [lo, lo+kb) of every matrix in ``g`` in place.
+
+    The upper triangle of the block is read; the block becomes R (zeros below the diagonal), the
+    same block of ``x`` becomes R^-1. ``failed[b]`` is set to 1 when a pivot is not positive (the
+    factorisation then carries on with pivot 1 so nothing non-finite spreads); never cleared.
+    ``g`` and ``x`` are b x k x k with one layout.
+    """
+    _check_whole(g, x)
+    if kb > MAX_LEAF or g.shape != x.shape:
+        raise ValueError(f"bad Cholesky leaf: kb={kb}, shapes {tuple(g.shape)} / {tuple(x.shape)}")
+    k = g.shape[-1]
+    tile = _tile(kb)
+    _cholesky_kernel[(g.shape[0],)](g, x, failed, lo * (k + 1), k * k, k, kb, BLOCK=tile, num_warps=_warps(tile))
+
+
+# ---------------------------------------------------------------------------------------------
+# ORHR leaf: LU without pivoting of (Q - S) for one diagonal block, S chosen on the fly.
+
+
+@triton.jit(do_not_specialize=["off", "vec_off", "kb", "zero_last"])
+def _lu_kernel(
+    w, linv, uinv, tau, sign,
+    off, mat_stride, linv_mat_stride, row_stride,
+    vec_off, vec_stride,
+    kb, zero_last,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    inside = (r2 < kb) & (c2 < kb)
+    pad = (r2 == c2) & (r2 >= kb)
+    base = off + pid * mat_stride
+    t = tl.load(w + base + r2 * row_stride + c2, mask=inside, other=0.0).to(tl.float64)
+    t = tl.where(pad, 1.0, t)
+    lu = tl.where(pad, 1.0, 0.0).to(tl.float64)
+    taus = tl.zeros([BLOCK], dtype=tl.float64)
+    signs = tl.zeros([BLOCK], dtype=tl.float64)
+    j = 0
+    while j < kb:
+        row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
+        col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
+        d = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
+        # s = -sign(d) makes |U_jj| = 1 + |d| >= 1. The last column of a square Q needs no
+        # reflector (d is +-1 there): s = sign(d) gives U_jj ~ 0 and tau = 0, as geqrf has it.
+        last = (zero_last != 0) & (j == kb - 1)
+        s = tl.where(d >= 0.0, -1.0, 1.0)
+        s = tl.where(last, -s, s)
+        u_jj = d - s
+        pivot = tl.where(last, 1.0, u_jj)  # nothing below the last pivot is ever divided
+        l_col = tl.where(rows > j, col / pivot, 0.0)
+        u_row = tl.where(cols > j, row, 0.0)
+        t = t - l_col[:, None] * u_row[None, :]
+        lu = tl.where(c2 == j, tl.where(r2 > j, l_col[:, None], lu), lu)
+        lu = tl.where(r2 == j, tl.where(c2 == j, pivot, tl.where(c2 > j, u_row[None, :], lu)), lu)
+        taus = tl.where(cols == j, tl.where(last, 0.0, -u_jj * s), taus)
+        signs = tl.where(cols == j, s, signs)
+        j += 1
+    unit_lower = tl.where(r2 > c2, lu, tl.where(r2 == c2, 1.0, 0.0))
+    upper = tl.where(r2 <= c2, lu, 0.0)
+    l_inv = tl.trans(_inverse_upper(tl.trans(unit_lower), rows, cols, kb))
+    u_inv = _inverse_upper(upper, rows, cols, kb)
+    tl.store(w + base + r2 * row_stride + c2, lu.to(w.dtype.element_ty), mask=inside)
+    tl.store(linv + off + pid * linv_mat_stride + r2 * row_stride + c2, l_inv.to(linv.dtype.element_ty), mask=inside)
+    tl.store(uinv + pid * kb * kb + r2 * kb + c2, u_inv.to(uinv.dtype.element_ty), mask=inside)
+    vec = vec_off + pid * vec_stride + cols
+    tl.store(tau + vec, taus.to(tau.dtype.element_ty), mask=cols < kb)
+    tl.store(sign + vec, signs.to(sign.dtype.element_ty), mask=cols < kb)
+
+
+def lu_block(
+    w: torch.Tensor, linv: torch.Tensor, tau: torch.Tensor, sign: torch.Tensor, lo: int, kb: int, zero_last: bool
+) -> torch.Tensor:
+    """ORHR LU of the diagonal block [lo, lo+kb) of every matrix of ``w`` (b x m x k), in place.
+
+    With d_j the running diagonal and s_j = -sign(d_j): the block becomes L (strictly below the
+    diagonal, unit diagonal implied) and U (on and above it, U_jj = d_j - s_j); ``tau[:, lo+j]``
+    gets 1 + |d_j| and ``sign[:, lo+j]`` gets s_j. With ``zero_last`` the block's last column
+    takes s = sign(d) and tau = 0 (the last column of a square matrix). The block of ``linv``
+    (same layout as ``w``, b x k x k) gets L^-1; the returned b x kb x kb tensor holds U^-1.
+    """
+    _check_whole(w, linv, tau, sign)
+    batch, m, k = w.shape
+    if kb > MAX_LEAF or linv.shape != (batch, k, k) or tau.shape != (batch, k) or sign.shape != (batch, k):
+        raise ValueError(f"bad LU leaf: kb={kb}, shapes {tuple(w.shape)} / {tuple(linv.shape)}")
+    uinv = torch.empty((batch, kb, kb), dtype=w.dtype, device=w.device)
+    tile = _tile(kb)
+    _lu_kernel[(batch,)](
+        w, linv, uinv, tau, sign,
+        lo * (k + 1), m * k, k * k, k,
+        lo, k,
+        kb, int(zero_last),
+        BLOCK=tile, num_warps=_warps(tile),
+    )
+    return uinv
+
+
+# ---------------------------------------------------------------------------------------------
+# Accuracy test: max |G - I| per matrix.
+
+
+@triton.jit
+def _deviation_kernel(g, out, k, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    strip = tl.program_id(1)
+    rows = strip * BLOCK_R + tl.arange(0, BLOCK_R)
+    worst = tl.zeros([BLOCK_R], dtype=tl.float64)
+    c0 = 0
+    while c0 < k:
+        cols = c0 + tl.arange(0, BLOCK_C)
+        inside = (rows[:, None] < k) & (cols[None, :] < k)
+        x = tl.load(g + pid * k * k + rows[:, None] * k + cols[None, :], mask=inside, other=0.0).to(tl.float64)
+        dev = tl.abs(x - tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+        dev = tl.where(dev == dev, dev, float("inf"))  # NaN must read as "far from I"
+        worst = tl.maximum(worst, tl.max(tl.where(inside, dev, 0.0), axis=1))
+        c0 += BLOCK_C
+    tl.store(out + pid * tl.num_programs(1) + strip, tl.max(worst, axis=0))
+
+
+def deviation_from_identity(g: torch.Tensor) -> torch.Tensor:
+    """max_ij |G_ij - I_ij| of every matrix of a contiguous b x k x k ``g``, in float64 (NaN -> inf)."""
+    batch, k, _ = g.shape
+    block_r = 16
+    strips = triton.cdiv(k, block_r)
+    partial = torch.empty((batch, strips), dtype=torch.float64, device=g.device)
+    _deviation_kernel[(batch, strips)](g, partial, k, BLOCK_R=block_r, BLOCK_C=64)
+    return partial.amax(dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output assembly.
+
+
+@triton.jit
+def _assemble_kernel(
+    w, r, sign, tau, index, h, tau_out, m, k, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    dst = tl.load(index + pid).to(tl.int64)
+    lower = r2 > c2
+    v = tl.load(w + pid * m * k + r2 * k + c2, mask=lower & (r2 < m) & (c2 < k), other=0.0)
+    upper = (r2 <= c2) & (c2 < k)
+    rr = tl.load(r + pid * k * k + r2 * k + c2, mask=upper, other=0.0)
+    s = tl.load(sign + pid * k + rows, mask=rows < k, other=0.0)
+    out = tl.where(lower, v.to(tl.float64), s[:, None].to(tl.float64) * rr.to(tl.float64))
+    tl.store(h + dst * m * m + r2 * m + c2, out.to(h.dtype.element_ty), mask=(r2 < m) & (c2 < m))
+    if tl.program_id(1) == 0:
+        t = tl.load(tau + pid * k + cols, mask=cols < k, other=0.0)
+        tl.store(tau_out + dst * m + cols, t, mask=cols < m)
+
+
+def assemble(
+    w: torch.Tensor,
+    r: torch.Tensor,
+    sign: torch.Tensor,
+    tau: torch.Tensor,
+    index: torch.Tensor,
+    h: torch.Tensor,
+    tau_out: torch.Tensor,
+) -> None:
+    """Write H[index[i]] = strict-lower(W[i]) + S[i] R[i] and tau_out[index[i]] = tau[i] (zero
+    past column k), for W b x m x k (ORHR LU), R b x k x k, S and tau b x k, H b' x m x m."""
+    batch, m, k = w.shape
+    block = 32
+    grid = (batch, triton.cdiv(m, block), triton.cdiv(m, block))
+    _assemble_kernel[grid](w, r, sign, tau, index, h, tau_out, m, k, BLOCK=block)

@@ -1,0 +1,65 @@
+"""Householder reconstruction (LAPACK xORHR_COL) of an orthonormal Q: Q S = H_1 ... H_k (first k
+columns), as an LU without pivoting of Q - S.
+
+With S = diag(s) and Q - S = L U (L unit lower m x k, U upper k x k), set V = L and
+T = -U S V1^-T (V1 the top k x k block of V). Then I - V T V1^T = Q S on the first k columns, so
+(V, diag(T)) are compact Householder factors of Q S, and A = Q R = (Q S)(S R): R_out = S R.
+diag(T)_j = -U_jj s_j; choosing s_j = -sign(d_j) for the running diagonal d_j makes
+|U_jj| = 1 + |d_j| >= 1 (every pivot is at least 1, so the LU is stable without pivoting) and
+tau_j = 1 + |d_j|. For a square Q the last running diagonal is +-1 and its reflector would have
+an empty tail; taking s = sign(d) there gives U ~ 0 and tau = 0, geqrf's convention.
+
+The LU is a recursion on column halves, in place: the left half is factored (its leaves by the
+Triton kernel, with the panel below each leaf a product with U^-1), U12 = L11^-1 A12 and the Schur
+complement A22 - L21 U12 are batched products, then the right half. L11^-1 is assembled on the way
+up from the leaves' inverses, only where a parent needs it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference_kernels.cholesky_orhr.cholqr import split_point
+from reference_kernels.cholesky_orhr.kernels import MAX_LEAF, lu_block
+
+__all__ = ["orhr"]
+
+
+def _lu(
+    w: torch.Tensor, linv: torch.Tensor, tau: torch.Tensor, sign: torch.Tensor,
+    lo: int, hi: int, need_inverse: bool, leaf: int,
+) -> None:
+    """Factor columns [lo, hi) of ``w`` (rows lo..m) in place; with ``need_inverse`` also leave
+    L^-1 of the diagonal block [lo, hi) in ``linv``."""
+    m, k = w.shape[1], w.shape[2]
+    if hi - lo <= leaf:
+        uinv = lu_block(w, linv, tau, sign, lo, hi - lo, zero_last=m == k and hi == k)
+        if hi < m:
+            w[:, hi:, lo:hi] = torch.bmm(w[:, hi:, lo:hi], uinv)
+        return
+    mid = split_point(lo, hi, leaf)
+    _lu(w, linv, tau, sign, lo, mid, True, leaf)
+    linv11 = linv[:, lo:mid, lo:mid]
+    u12 = torch.bmm(linv11, w[:, lo:mid, mid:hi])
+    w[:, lo:mid, mid:hi] = u12
+    w[:, mid:, mid:hi] = torch.baddbmm(w[:, mid:, mid:hi], w[:, mid:, lo:mid], u12, alpha=-1.0)
+    _lu(w, linv, tau, sign, mid, hi, need_inverse, leaf)
+    if need_inverse:
+        linv[:, mid:hi, lo:mid] = torch.bmm(linv[:, mid:hi, mid:hi], w[:, mid:hi, lo:mid]).bmm(linv11).neg_()
+
+
+def orhr(q: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(W, tau, s) for every Q of ``q`` (b x m x k, m >= k, orthonormal columns, contiguous FP32).
+
+    ``q`` is overwritten and returned as W: strictly below the diagonal the Householder vectors
+    (unit diagonal implied), on and above it U (of no further use). ``tau`` and ``s`` are b x k;
+    the caller's R becomes diag(s) R.
+    """
+    if not 1 <= leaf <= MAX_LEAF:
+        raise ValueError(f"leaf must be in [1, {MAX_LEAF}], got {leaf}")
+    batch, _, k = q.shape
+    linv = torch.zeros((batch, k, k), dtype=q.dtype, device=q.device)
+    tau = torch.empty((batch, k), dtype=q.dtype, device=q.device)
+    sign = torch.empty((batch, k), dtype=q.dtype, device=q.device)
+    _lu(q, linv, tau, sign, 0, k, False, leaf)
+    return q, tau, sign

@@ -1,0 +1,139 @@
+"""Batched compact Householder QR by CholeskyQR + Householder reconstruction, routed per matrix.
+
+Every matrix is routed on its own structure and its own numbers:
+
+- ``TRIANGULAR``: nothing below the diagonal (upper, diagonal, zero). geqrf's answer is exact and
+  free: every reflector is the identity, H = A, tau = 0.
+- ``CHOLESKY`` / ``CHOLESKY2``: CholeskyQR (one or two FP64 passes, ``cholqr.py``), then ORHR
+  (``orhr.py``). A matrix whose only zero columns are trailing (rankdef) is, for geqrf, the QR of
+  its leading k non-zero columns followed by identity reflectors; it goes this way with width k,
+  so exact zero columns never reach a Gram matrix.
+- ``FALLBACK``: blocked Householder QR, for a zero column followed by non-zero ones, and for
+  matrices whose CholeskyQR broke down or failed the accuracy test (nearrank: kappa ~ 1e8).
+
+Matrices of one route and width are processed as one batch. The routing decisions synchronise
+with the host a few times per call; all work is on the current stream and complete on return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+
+import torch
+
+from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
+from reference_kernels.cholesky_orhr.kernels import MAX_LEAF, assemble, classify
+from reference_kernels.cholesky_orhr.orhr import orhr
+
+try:
+    from reference_kernels.blocked_wy import qr as _blocked_wy_qr
+except ImportError:  # blocked_wy has not landed: torch.geqrf stands in until it does
+    _blocked_wy_qr = None
+
+__all__ = ["Route", "qr", "qr_routed"]
+
+
+class Route(IntEnum):
+    """How one matrix was factored (see the module notes)."""
+
+    TRIANGULAR = 0
+    CHOLESKY = 1
+    CHOLESKY2 = 2
+    FALLBACK = 3
+
+
+@contextmanager
+def _ieee_fp32_products() -> Iterator[None]:
+    """FP32 products at full precision whatever the process chose (TF32 fails the factor gate)."""
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    saved = [b.fp32_precision for b in backends]
+    try:
+        for b in backends:
+            b.fp32_precision = "ieee"
+        yield
+    finally:
+        for b, value in zip(backends, saved, strict=True):
+            b.fp32_precision = value
+
+
+def _fallback_qr(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocked Householder QR of a gathered sub-batch (its size varies call to call: no graphs)."""
+    if _blocked_wy_qr is None:
+        return torch.geqrf(a)
+    return _blocked_wy_qr(a, graph=False)
+
+
+def _structure(a: torch.Tensor) -> tuple[list[bool], list[bool], list[int]]:
+    """Per matrix: (upper triangular, a zero column before a non-zero one, 1 + last non-zero column)."""
+    nonzero, below = classify(a)
+    n = a.shape[-1]
+    position = torch.arange(1, n + 1, device=a.device)
+    width = torch.where(nonzero, position, 0).amax(dim=1)
+    gap = (~nonzero & (position <= width[:, None])).any(dim=1)
+    triangular = ~below.any(dim=1)
+    flags = torch.stack([triangular.long(), gap.long(), width]).cpu()
+    return flags[0].bool().tolist(), flags[1].bool().tolist(), flags[2].tolist()
+
+
+def _cholesky_orhr(
+    a: torch.Tensor, index: list[int], k: int, leaf: int, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
+) -> list[int]:
+    """Factor matrices ``index`` of ``a`` through their first k columns into ``h``/``tau``; returns
+    the indices that failed the CholeskyQR tests."""
+    rows = torch.tensor(index, device=a.device)
+    sub = a if len(index) == a.shape[0] else a[rows]
+    result = cholesky_qr(sub[:, :, :k], leaf)
+    w, tau_k, sign = orhr(result.q.to(torch.float32), leaf)
+    assemble(w, result.r, sign, tau_k, rows[result.index], h, tau)
+    done = result.index.cpu().tolist()
+    routes[[index[i] for i in done]] = result.passes.cpu().to(routes.dtype)
+    done_set = set(done)
+    return [m for i, m in enumerate(index) if i not in done_set]
+
+
+def qr_routed(a: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
+    if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
+        raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
+    a = a.contiguous()
+    batch, n, _ = a.shape
+    h = torch.empty_like(a)
+    tau = torch.empty((batch, n), dtype=a.dtype, device=a.device)
+    routes = torch.full((batch,), int(Route.FALLBACK), dtype=torch.int8)
+    if a.numel() == 0:
+        return h, tau, routes
+
+    triangular, gap, width = _structure(a)
+    groups: dict[int, list[int]] = {}
+    fallback: list[int] = []
+    for i in range(batch):
+        if triangular[i]:
+            routes[i] = Route.TRIANGULAR
+        elif gap[i]:
+            fallback.append(i)
+        else:
+            groups.setdefault(width[i], []).append(i)
+
+    with _ieee_fp32_products():
+        for k, index in groups.items():
+            fallback += _cholesky_orhr(a, index, k, leaf, h, tau, routes)
+        if fallback:
+            rows = torch.tensor(sorted(fallback), device=a.device)
+            h[rows], tau[rows] = _fallback_qr(a[rows])
+    upper = torch.nonzero(routes == Route.TRIANGULAR).flatten().to(a.device)
+    if upper.numel() > 0:
+        h[upper] = a[upper]
+        tau[upper] = 0.0
+    return h, tau, routes
+
+
+def qr(a: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compact Householder QR of every matrix of ``a`` (b x n x n float32), ``torch.geqrf`` semantics.
+
+    Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``leaf`` is the width of
+    the diagonal blocks the Triton kernels factor (at most 64; smaller only to test the recursion).
+    """
+    h, tau, _ = qr_routed(a, leaf)
+    return h, tau
