@@ -31,78 +31,79 @@ def _warps(tile: tuple[int, int]) -> int:
     return max(1, min(16, tile[0] * tile[1] // 1024))
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m", "w"])
+@triton.jit
 def _panel_kernel(
     src, src_off, dst, dst_off, mat_stride, row_stride,
     tau, tau_off, tau_stride,
     v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride,
-    m, w,
-    BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr,
+    m,
+    W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
+    src_mat = src + src_off + pid * mat_stride
+    dst_mat = dst + dst_off + pid * mat_stride
+    v_mat = v + v_off + pid * v_mat_stride
+    if ALIGNED:
+        # Matrices start on 16 bytes. Without this the compiler, blind to the offsets' alignment,
+        # gives each lane one column and replicates every row vector across the warp (spills).
+        src_mat = tl.multiple_of(src_mat, 16)
+        dst_mat = tl.multiple_of(dst_mat, 16)
+        v_mat = tl.multiple_of(v_mat, 16)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_W)
     r2 = rows[:, None]
     c2 = cols[None, :]
-    inside = (r2 < m) & (c2 < w)
-    tile = pid * mat_stride + r2 * row_stride + c2
-    x = tl.load(src + src_off + tile, mask=inside, other=0.0)
+    inside = (r2 < m) & (c2 < W)
+    tile = r2 * row_stride + c2  # int32: a 64-bit pointer per element would double the live registers
+    x = tl.load(src_mat + tile, mask=inside, other=0.0)
     taus = tl.zeros([BLOCK_W], dtype=tl.float32)
     tri = tl.zeros([BLOCK_W, BLOCK_W], dtype=tl.float32)
-    t_rows = tl.arange(0, BLOCK_W)[:, None]
 
-    # while, not range(w): the interpreter (numpy >= 2.4) cannot index with a runtime int.
-    k = 0
-    while k < w:
-        at_k = c2 == k
-        col = tl.sum(tl.where(at_k, x, 0.0), axis=1)
+    for k in range(W):
+        col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
         alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
         tail = tl.where(rows > k, col, 0.0)
         sigma = tl.sum(tail * tail, axis=0)
         reflect = sigma > 0.0
         norm = tl.sqrt_rn(alpha * alpha + sigma)
         beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
-        safe_beta = tl.where(reflect, beta, 1.0)
-        tau_k = tl.where(reflect, tl.div_rn(beta - alpha, safe_beta), 0.0)
+        tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
         vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
 
-        if WRITE_WY:
-            # Columns left of k hold finished reflectors: one reduction then gives both
-            # v^T X for the trailing columns and V^T v (larft's z) for the finished ones.
-            basis = tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
-            y = tl.where(c2 > k, x, basis)
-        else:
-            y = x
-        s = tl.sum(vk[:, None] * y, axis=0)
-        x = x - tl.where(c2 > k, tau_k * vk[:, None] * s[None, :], 0.0)
-        x = tl.where(at_k, tl.where(r2 == k, beta, tl.where(r2 > k, vk[:, None], x)), x)
+        # v vanishes above row k, where every finished column j < k holds its own reflector, so one
+        # reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
+        s = tl.sum(vk[:, None] * x, axis=0)
+        x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
+        x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
         taus = tl.where(cols == k, tau_k, taus)
-
         if WRITE_WY:
-            # larft: T[:k, k] = -tau_k T[:k, :k] (V[:, :k]^T v_k), T[k, k] = tau_k.
-            z = tl.where(cols < k, s, 0.0)
-            tz = tl.sum(tri * z[None, :], axis=1)
-            t_col = tl.where(cols == k, tau_k, -tau_k * tz)
-            tri = tl.where(c2 == k, t_col[:, None], tri)
-        k += 1
+            # larft: T[:k, k] = -tau_k T[:k, :k] z, T[k, k] = tau_k.
+            tz = tl.sum(tri * tl.where(cols < k, s, 0.0)[None, :], axis=1)
+            tri = tl.where(c2 == k, tl.where(cols == k, tau_k, -tau_k * tz)[:, None], tri)
 
-    tl.store(dst + dst_off + tile, x, mask=inside)
-    tl.store(tau + tau_off + pid * tau_stride + cols, taus, mask=cols < w)
+    tl.store(dst_mat + tile, x, mask=inside)
+    tl.store(tau + tau_off + pid * tau_stride + cols, taus, mask=cols < W)
     if WRITE_WY:
         basis = tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
-        tl.store(v + v_off + pid * v_mat_stride + r2 * v_row_stride + c2, basis, mask=inside)
-        t_mask = (t_rows < w) & (c2 < w)
+        tl.store(v_mat + r2 * v_row_stride + c2, basis, mask=inside)
+        t_rows = cols[:, None]
+        t_mask = (t_rows < W) & (c2 < W)
         tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
 
 
 def _base(view: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The view's storage from element 0, and the view's offset into it.
-
-    Passing an aligned base pointer plus an unspecialised offset keeps the number of compiled
-    variants at one per tile shape, however many panel positions a factorisation visits.
-    """
+    """The view's storage from element 0 (an allocation, so aligned), and the view's offset into it."""
     return view.as_strided((1,), (1,), 0), view.storage_offset()
+
+
+def _rows_aligned(*views: torch.Tensor) -> bool:
+    """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores)."""
+    return all(
+        view.as_strided((1,), (1,), 0).data_ptr() % 16 == 0
+        and all(x % 4 == 0 for x in (view.storage_offset(), *view.stride()[:-1]))
+        for view in views
+    )
 
 
 def factor_panel(
@@ -137,19 +138,21 @@ def factor_panel(
         tau_base, tau_off, tau.stride(0),
         *v_args,
         *t_args,
-        m, w,
+        m,
+        W=w,
         BLOCK_M=tile[0], BLOCK_W=tile[1], WRITE_WY=wy is not None,
+        ALIGNED=_rows_aligned(src, dst, *(wy or ())),
         num_warps=_warps(tile),
     )
 
 
-@triton.jit(do_not_specialize=["c_off", "m", "ncols"])
+@triton.jit
 def _wy_update_kernel(
     c, c_off, c_mat_stride, c_row_stride,
     v, v_mat_stride, v_row_stride,
     t, t_mat_stride, t_row_stride,
     m, ncols,
-    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PRECISION: tl.constexpr,
+    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PRECISION: tl.constexpr, ALIGNED: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
@@ -157,12 +160,14 @@ def _wy_update_kernel(
     ks = tl.arange(0, NB)
     rows = tl.arange(0, BM)
     c_mat = c + c_off + pid_b * c_mat_stride
+    if ALIGNED:  # as in _panel_kernel: lets the compiler use vector loads
+        c_mat = tl.multiple_of(c_mat, 16)
     v_mat = v + pid_b * v_mat_stride
     col_ok = cols[None, :] < ncols
 
     acc = tl.zeros([NB, BN], dtype=tl.float32)
     r0 = 0
-    while r0 < m:  # while, not range: see _panel_kernel
+    while r0 < m:  # while, not range(m): the interpreter (numpy >= 2.4) cannot index with a runtime int
         r = r0 + rows[:, None]
         vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
         cc = tl.load(c_mat + r * c_row_stride + cols[None, :], mask=(r < m) & col_ok, other=0.0)
@@ -203,5 +208,6 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, precision: str)
         t, t.stride(0), t.stride(1),
         m, ncols,
         NB=nb, BM=64, BN=block_n, PRECISION=precision,
+        ALIGNED=_rows_aligned(c),
         num_warps=4,
     )
