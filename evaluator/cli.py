@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
                    help="folder for the leaderboard Markdown (default: reports/)")
+    from evaluator.report.command import register as register_report
+
+    register_report(sub)
     return parser
 
 
