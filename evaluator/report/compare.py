@@ -204,7 +204,7 @@ def build_report(
 
     ``history`` is every run in time order. ``baseline`` is a contestant's name (its latest run
     here is everyone's baseline on the same shape set), runs from an earlier results file (each
-    contestant against its own run there), or None.
+    contestant against its own run there: the same protocol if it holds one, else any), or None.
     """
     rule = rule or NoiseRule()
     runs = _latest(history)
@@ -213,13 +213,15 @@ def build_report(
         if not reference:
             names = ", ".join(dict.fromkeys(run_label(r) for r in runs))
             raise ValueError(f"baseline {baseline!r} is not among the reported contestants ({names})")
-        pairs = [(r, None if reference.get(r.shapes.get("name")) is r else reference.get(r.shapes.get("name")))
-                 for r in runs]
+        pairs = [(r, reference.get(r.shapes.get("name"))) for r in runs]
         text = f"contestant {baseline}"
     else:
-        earlier = {(run_label(r), r.shapes.get("name")): r for r in baseline or ()}
-        pairs = [(r, earlier.get((run_label(r), r.shapes.get("name")))) for r in runs]
+        by_label = {(run_label(r), r.shapes.get("name")): r for r in baseline or ()}
+        by_name = {(r.contestant["name"], r.shapes.get("name")): r for r in baseline or ()}
+        pairs = [(r, by_label.get((run_label(r), r.shapes.get("name")))
+                  or by_name.get((r.contestant["name"], r.shapes.get("name")))) for r in runs]
         text = "each contestant's run in the baseline file" if baseline else ""
+    pairs = [(r, None if b == r else b) for r, b in pairs]  # a run is not its own baseline
     entries = tuple(Entry(r, b, _compare_cases(r, b, rule)) for r, b in pairs)
     mismatch = device_mismatch([*history, *(b for _, b in pairs if b is not None)])
     return Report(entries, tuple(history), text, rule, tuple(sources), mismatch)

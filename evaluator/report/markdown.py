@@ -1,0 +1,191 @@
+"""The Markdown report: summary, per-case times and throughput, speedups with noise verdicts,
+correctness, history and the environment of every run, beside its plots.
+
+:func:`render_markdown` turns a :class:`~evaluator.report.compare.Report` into text;
+:func:`write_report` draws the plots and writes both into one folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from evaluator.environment import gpu_key
+from evaluator.report import plots
+from evaluator.report.compare import Comparison, Entry, Report, run_label
+from evaluator.report.tables import timing_label
+from evaluator.report.units import format_ns, format_s
+from evaluator.results import CaseResult, RunResult, now_iso
+
+__all__ = ["render_markdown", "write_report"]
+
+REPORT_FILE = "report.md"
+
+CaseCell = Callable[[CaseResult], str]
+
+
+def _table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _by_shapes(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    groups: dict[str, list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.shapes, []).append(entry)
+    return groups
+
+
+def _time_cell(case: CaseResult) -> str:
+    if not case.passed or case.stats is None:
+        return f"**{case.status}**"
+    return f"{format_ns(case.stats.mean_ns)} ± {format_ns(case.stats.err_ns)}"
+
+
+def _rate_cell(case: CaseResult) -> str:
+    if not case.passed or case.stats is None:
+        return f"**{case.status}**"
+    return f"{case.case.flops / case.stats.mean_ns / 1e3:.3g}"
+
+
+def _case_table(entries: Sequence[Entry], cell: CaseCell) -> str:
+    """Cases down, contestants across, cases matched by position and label."""
+    rows: dict[tuple[int, str], list[str]] = {}
+    for column, entry in enumerate(entries):
+        for c in entry.cases:
+            key = (c.case.index, c.case.case.label)
+            row = rows.setdefault(key, [c.case.case.label, f"{c.case.case.flops / 1e9:.3g}"] + ["-"] * len(entries))
+            row[2 + column] = cell(c.case)
+    return _table(list(rows.values()), ["case", "GFLOP", *(e.label for e in entries)])
+
+
+def _verdict_counts(entry: Entry) -> str:
+    if entry.baseline is None:
+        return "-"
+    return " / ".join(str(entry.count(v)) for v in ("faster", "slower", "same"))
+
+
+def _summary(report: Report) -> str:
+    rows = []
+    for e in report.entries:
+        status = "pass" if e.run.passed else f"**{e.run.status}**"
+        speedup = f"{e.speedup:.4g}×" if e.speedup is not None else "-"
+        rows.append([e.label, e.shapes, status, format_s(e.run.score_s), speedup, _verdict_counts(e)])
+    headers = ["contestant", "shapes", "status", "score (geomean)", "speedup over baseline", "faster / slower / same"]
+    return _table(rows, headers)
+
+
+def _speedup_text(comparison: Comparison | None) -> str:
+    if comparison is None:
+        return "-"
+    if comparison.low is None or comparison.high is None:
+        return f"{comparison.speedup:.4g}× (too few repeats to judge)"
+    return f"{comparison.speedup:.4g}× [{comparison.low:.4g}, {comparison.high:.4g}]"
+
+
+def _baseline_table(entries: Sequence[Entry]) -> str:
+    rows = []
+    for e in entries:
+        for c in e.cases:
+            baseline = _time_cell(c.baseline) if c.baseline is not None else "-"
+            verdict = c.comparison.verdict if c.comparison is not None else "-"
+            rows.append([c.case.case.label, e.label, baseline, _time_cell(c.case), _speedup_text(c.comparison),
+                         verdict])
+    return _table(rows, ["case", "contestant", "baseline", "time", "speedup [CI]", "verdict"])
+
+
+def _method(report: Report) -> str:
+    rule = report.rule
+    return (
+        f"Verdicts: *faster* or *slower* only when the {rule.confidence:.0%} bootstrap interval of the speedup "
+        f"(ratio of mean times, {rule.resamples} resamples of both runs' raw repeat times) excludes 1 **and** the "
+        f"speedup differs from 1 by at least {rule.min_change:.0%}; otherwise *same*. *Same* means that no "
+        "difference was shown, not that there is none: a smaller change may hide in it, and the interval holds "
+        "only the noise between repeats inside each run, not drift between runs (clocks, temperature, load)."
+    )
+
+
+def _failures(report: Report) -> str:
+    rows = []
+    for e in report.entries:
+        failed = [c.case for c in e.cases if not c.case.passed and c.case.status != "skipped"]
+        rows.extend([e.label, c.case.label, c.status, c.message.strip().splitlines()[0] if c.message else ""]
+                    for c in failed)
+        if not e.run.passed and not failed:
+            rows.append([e.label, "-", e.run.status, e.run.reason.strip().splitlines()[0] if e.run.reason else ""])
+    if not rows:
+        return "Every reported contestant passed every check (every timed repeat's output is checked)."
+    return _table(rows, ["contestant", "case", "status", "message"])
+
+
+def _commit(env: Mapping[str, object]) -> str:
+    commit = str(env.get("git_commit") or "")[:10]
+    return commit + (" (dirty)" if commit and env.get("git_dirty") else "") if commit else "-"
+
+
+def _history(history: Sequence[RunResult]) -> str:
+    rows = [[r.started_at or "-", run_label(r), r.shapes.get("name", "?"), gpu_key(r.environment),
+             format_s(r.score_s), r.status, _commit(r.environment)] for r in history]
+    return _table(rows, ["started", "contestant", "shapes", "device", "score", "status", "qrbench commit"])
+
+
+def _environment(runs: Sequence[RunResult]) -> str:
+    def version(env: Mapping[str, object], key: str) -> str:
+        return str(env.get(key) or "-")
+
+    rows = []
+    for r in runs:
+        env = r.environment
+        clocks = f"{env['sm_clock_mhz']}/{env['sm_clock_max_mhz']} MHz" if "sm_clock_mhz" in env else "-"
+        rows.append([run_label(r), r.started_at or "-", timing_label(r), version(env, "driver_version"), clocks,
+                     version(env, "torch"), version(env, "cuda"), version(env, "triton"), version(env, "python"),
+                     _commit(env), env.get("hostname", "-")])
+    headers = ["contestant", "started", "measured on", "driver", "SM clock (now/max)", "torch", "CUDA", "triton",
+               "python", "qrbench commit", "host"]
+    return _table(rows, headers)
+
+
+def render_markdown(report: Report, images: Mapping[str, Path] | None = None) -> str:
+    """The report as Markdown; ``images`` maps plot names (``times-<shapes>``, ``speedup-<shapes>``,
+    ``history``) to files, linked relative to the report's folder."""
+    images = images or {}
+
+    def image(name: str, alt: str) -> list[str]:
+        return [f"![{alt}]({images[name].name})", ""] if name in images else []
+
+    out = ["# qrbench report", "", f"Written {now_iso()} from {', '.join(f'`{s}`' for s in report.sources)}.", ""]
+    if report.warning:
+        out += [f"> **WARNING: {report.warning}.**", ""]
+    out += ["## Summary", "", _summary(report), ""]
+    if report.baseline_text:
+        out += [f"Baseline: {report.baseline_text}. {_method(report)}", ""]
+    for shapes, entries in _by_shapes(report.entries).items():
+        measured = "; ".join(dict.fromkeys(timing_label(e.run) for e in entries))
+        out += [f"## Per-case times: {shapes}", "", f"Measured on {measured}. Mean per call ± standard error.", "",
+                _case_table(entries, _time_cell), "", *image(f"times-{shapes}", f"per-case times, {shapes}"),
+                "Throughput (TFLOP/s, counting 4/3·n³ per matrix):", "", _case_table(entries, _rate_cell), ""]
+        if any(e.baseline is not None for e in entries):
+            out += [f"### Against the baseline: {shapes}", "", _baseline_table(entries), "",
+                    *image(f"speedup-{shapes}", f"speedup over the baseline, {shapes}")]
+    out += ["## Correctness", "", _failures(report), ""]
+    out += ["## History", "", _history(report.history), "", *image("history", "history of scores")]
+    out += ["## Environment", "", _environment([e.run for e in report.entries]), ""]
+    return "\n".join(out)
+
+
+def write_report(report: Report, out_dir: Path) -> Path:
+    """Draw the plots and write ``report.md`` into ``out_dir``; return the Markdown's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images: dict[str, Path] = {}
+    for shapes, entries in _by_shapes(report.entries).items():
+        if any(c.case.stats is not None for e in entries for c in e.cases):
+            images[f"times-{shapes}"] = plots.render_case_times(entries, out_dir / f"times-{shapes}.png")
+        if any(c.comparison is not None for e in entries for c in e.cases):
+            name = f"speedup-{shapes}"
+            images[name] = plots.render_speedups(entries, report.baseline_text, out_dir / f"{name}.png")
+    if sum(1 for r in report.history if r.score_s is not None) >= 2:
+        images["history"] = plots.render_history(report.history, out_dir / "history.png")
+    path = out_dir / REPORT_FILE
+    path.write_text(render_markdown(report, images))
+    return path
