@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from evaluator.guards import rule_message
 from evaluator.results import CaseResult, RunResult, StageResult
 from evaluator.shapes import ShapeSet, Timing
 
-__all__ = ["RunOptions", "StagePlan", "plan_stages", "run_contestant", "run_stage"]
+__all__ = ["RunOptions", "StagePlan", "new_run", "plan_stages", "run_contestant", "run_stage", "stage_limit_s"]
 
 _REPO = Path(__file__).resolve().parents[1]
 _TAIL_BYTES = 4000
@@ -73,6 +73,11 @@ def plan_stages(mode: str, seed: int | None) -> list[StagePlan]:
             StagePlan("ranked-secret", "leaderboard", secrets.randbits(31)),
         ]
     return [StagePlan(mode, mode, seed)]
+
+
+def stage_limit_s(plan: StagePlan, shapes: ShapeSet, options: RunOptions) -> float:
+    """The wall-time limit of one stage's worker (the shape file's limit for its mode, scaled)."""
+    return shapes.timeout_s(plan.mode) * options.timeout_scale
 
 
 def _worker_env(options: RunOptions) -> dict[str, str]:
@@ -170,7 +175,7 @@ def run_stage(
     key = new_key()
     reader = Reader(key)
     collector = _Collector(plan, shapes)
-    limit_s = shapes.timeout_s(plan.mode) * options.timeout_scale
+    limit_s = stage_limit_s(plan, shapes, options)
     job = {
         "key": key,
         "contestant": contestant.to_dict(),
@@ -262,16 +267,9 @@ def _stop(proc: subprocess.Popen[bytes], out_fd: int, output: _Tail) -> None:
     proc.stdout.close()
 
 
-def run_contestant(
-    contestant: Contestant,
-    mode: str,
-    shapes: ShapeSet,
-    options: RunOptions,
-    on_update: UpdateFn | None = None,
-    on_progress: ProgressFn | None = None,
-) -> RunResult:
-    """Run every stage of ``mode`` for one contestant; stop at the first stage that fails."""
-    run = RunResult(
+def new_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions) -> RunResult:
+    """A run with no stages yet: who runs, in which mode, on which shapes, how."""
+    return RunResult(
         contestant=contestant.to_dict(),
         mode=mode,
         shapes={"name": shapes.name, "path": str(shapes.path), "timing": asdict(options.timing_for(shapes))},
@@ -282,7 +280,24 @@ def run_contestant(
         environment={},
         seed=options.seed,
     )
-    for plan in plan_stages(mode, options.seed):
+
+
+def run_contestant(
+    contestant: Contestant,
+    mode: str,
+    shapes: ShapeSet,
+    options: RunOptions,
+    on_update: UpdateFn | None = None,
+    on_progress: ProgressFn | None = None,
+    stages: Sequence[StagePlan] | None = None,
+) -> RunResult:
+    """Run every stage of ``mode`` for one contestant; stop at the first stage that fails.
+
+    ``stages`` (default: :func:`plan_stages`) lets a caller run part of a mode's stages, e.g. a
+    cloud run that puts the secret-seed pass in a container of its own.
+    """
+    run = new_run(contestant, mode, shapes, options)
+    for plan in plan_stages(mode, options.seed) if stages is None else stages:
 
         def publish(stage: StageResult, current: RunResult = run) -> None:
             if on_update is not None:
