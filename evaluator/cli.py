@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     from evaluator.report.command import register as register_report
 
     register_report(sub)
+    from evaluator.cloud.command import register as register_modal
+
+    register_modal(sub)
     return parser
 
 
