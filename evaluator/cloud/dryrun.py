@@ -44,7 +44,7 @@ def render_plan(jobs: Sequence[Job], gpu: str, price: ContainerPrice | None, whe
     cap = sum(job.timeout_s for job in jobs)
     timing = options.timing_for(shapes)
     lines = [
-        f"dry run: nothing is started. {len(jobs)} containers on {where}, "
+        f"dry run: nothing is started. {len(jobs)} container{'s' if len(jobs) > 1 else ''} on {where}, "
         f"mode {first.request.mode}, device {options.device}, seed {options.seed}"
         + (", --compat" if options.compat else ""),
         f"shapes: {shapes.name} ({shapes.path}): {len(shapes.tests)} tests, {len(shapes.benchmarks)} benchmarks; "
