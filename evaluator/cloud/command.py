@@ -124,8 +124,8 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     except ContestantError as exc:
         raise UsageError(str(exc)) from exc
     if args.dry_run:
-        where = "this machine (--local)" if args.local else f"Modal {args.gpu}"
-        print(render_plan(jobs, args.gpu, container_price(args.gpu, args.gpu_price), where))
+        gpu = None if args.local else args.gpu
+        print(render_plan(jobs, gpu, None if gpu is None else container_price(gpu, args.gpu_price)))
         return EXIT_OK
 
     path = _results_path(args, args.mode, shapes)

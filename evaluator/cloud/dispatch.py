@@ -142,6 +142,7 @@ def run_ranking(jobs: Sequence[Job], dispatcher: Dispatcher, attempts: int = 3, 
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     fan = _Fan(jobs, dispatcher, attempts, backoff_s, progress, warn)
+    progress(f"{len(jobs)} jobs on {dispatcher.name}, {dispatcher.max_parallel} at a time")
     runs: dict[int, RunResult] = {}
     with dispatcher.session():
         pool = ThreadPoolExecutor(max_workers=dispatcher.max_parallel, thread_name_prefix="qrbench-job")

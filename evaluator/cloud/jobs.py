@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from evaluator.contestant import SUBMISSION_FILE, Contestant, ContestantError
@@ -134,7 +133,7 @@ def plan_jobs(contestants: Sequence[Contestant], mode: str, shapes: ShapeSet, op
               split_secret: bool = True) -> list[Job]:
     """The jobs of a ranking: every contestant's public job first, then the secret passes (so a
     secret pass queued behind others can be skipped once its public stages have failed)."""
-    shapes_yaml = Path(shapes.path).read_text()
+    shapes_yaml = shapes.path.read_text()
     provenance = _git()
     first: list[Job] = []
     second: list[Job] = []
