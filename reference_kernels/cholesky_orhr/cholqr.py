@@ -20,21 +20,16 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_kernels.cholesky_orhr.kernels import MAX_LEAF, cholesky_block, deviation_from_identity
+from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF, cholesky_block, deviation_from_identity
+from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular, split_point
 
-__all__ = ["LOOSE", "TIGHT", "CholQR", "cholesky_inverse", "cholesky_qr", "split_point"]
+__all__ = ["LOOSE", "TIGHT", "CholQR", "cholesky_inverse", "cholesky_qr"]
 
 # max|Q1^T Q1 - I| at or below which FP64 CholeskyQR's Q1 is final: FP32's own unit roundoff.
 TIGHT = float(torch.finfo(torch.float32).eps)
 # ... and up to which a second pass restores orthogonality (kappa(Q1)^2 <= 3, far inside FP64's
 # reach); beyond it the first pass is not trusted at all.
 LOOSE = 0.5
-
-
-def split_point(lo: int, hi: int, leaf: int) -> int:
-    """Where a recursion splits [lo, hi): a multiple of ``leaf`` near the middle, so that every
-    leaf but the last is full-width."""
-    return lo + leaf * -(-(hi - lo) // (2 * leaf))
 
 
 def _cholesky_inverse(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: int, hi: int, leaf: int) -> None:
@@ -45,24 +40,29 @@ def _cholesky_inverse(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo
     mid = split_point(lo, hi, leaf)
     _cholesky_inverse(g, x, failed, lo, mid, leaf)
     x11 = x[:, lo:mid, lo:mid]
-    r12 = torch.bmm(x11.mT, g[:, lo:mid, mid:hi])
+    r12 = torch.empty((g.shape[0], mid - lo, hi - mid), dtype=g.dtype, device=g.device)
+    left_triangular(x11.mT, g[:, lo:mid, mid:hi], r12, upper=False)
     g[:, lo:mid, mid:hi] = r12
     g[:, mid:hi, lo:mid] = 0.0
-    g[:, mid:hi, mid:hi] = torch.baddbmm(g[:, mid:hi, mid:hi], r12.mT, r12, alpha=-1.0)
+    x[:, mid:hi, lo:mid] = 0.0
+    gram_upper(r12, g[:, mid:hi, mid:hi], beta=1.0, alpha=-1.0)
     _cholesky_inverse(g, x, failed, mid, hi, leaf)
-    x[:, lo:mid, mid:hi] = torch.bmm(x11, r12).bmm(x[:, mid:hi, mid:hi]).neg_()
+    x11_r12 = torch.empty_like(r12)
+    left_triangular(x11, r12, x11_r12, upper=True)
+    right_triangular(x11_r12, x[:, mid:hi, mid:hi], x[:, lo:mid, mid:hi], upper=True, alpha=-1.0)
 
 
-def cholesky_inverse(g: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def cholesky_inverse(g: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(R, R^-1, failed) for every symmetric positive definite matrix of ``g`` (b x k x k), G = R^T R.
 
-    ``g`` is overwritten by R (upper triangular, zeros below). ``failed`` (b, bool) marks matrices
-    where a pivot was not positive; their R and R^-1 are finite but meaningless.
+    Only the upper triangle of ``g`` is read (by blocks: see ``products.gram_upper``); ``g`` is
+    overwritten by R (zeros below the diagonal). ``failed`` (b, bool) marks matrices where a pivot
+    was not positive; their R and R^-1 are meaningless (possibly not finite).
     """
     if not 1 <= leaf <= MAX_LEAF:
         raise ValueError(f"leaf must be in [1, {MAX_LEAF}], got {leaf}")
     g = g.contiguous()
-    x = torch.zeros_like(g)
+    x = torch.empty_like(g)
     failed = torch.zeros(g.shape[0], dtype=torch.int32, device=g.device)
     _cholesky_inverse(g, x, failed, 0, g.shape[-1], leaf)
     return g, x, failed.bool()
@@ -70,39 +70,55 @@ def cholesky_inverse(g: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tenso
 
 @dataclass
 class CholQR:
-    """Outcome of :func:`cholesky_qr`: the rows ``index`` of the input batch that succeeded, their
-    Q (b' x m x k) and R (b' x k x k) in FP64, and how many passes each took (1 or 2)."""
+    """Outcome of :func:`cholesky_qr`: ``index``, the positions in the input batch of the matrices
+    that succeeded, their Q (b' x m x k) and R (b' x k x k) in FP64, and the passes each took."""
 
-    index: torch.Tensor
+    index: list[int]
     q: torch.Tensor
     r: torch.Tensor
-    passes: torch.Tensor
+    passes: list[int]
 
 
-def cholesky_qr(a: torch.Tensor, leaf: int = MAX_LEAF) -> CholQR:
+def _gram(a: torch.Tensor) -> torch.Tensor:
+    g = torch.empty((a.shape[0], a.shape[2], a.shape[2]), dtype=a.dtype, device=a.device)
+    gram_upper(a, g)
+    return g
+
+
+def _times_upper(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty((a.shape[0], a.shape[1], x.shape[2]), dtype=a.dtype, device=a.device)
+    right_triangular(a, x, out, upper=True)
+    return out
+
+
+def cholesky_qr(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> CholQR:
     """QR of every matrix of ``a`` (b x m x k, m >= k, FP32) by CholeskyQR, see the module notes.
 
-    Matrices that fail are left out of the result. Synchronises with the host three times (which
-    matrices go on after each test), four if any needs the second pass.
+    Matrices that fail are left out of the result. Synchronises with the host twice (which
+    matrices go on after each test), three times if any matrix needs the second pass.
     """
     a64 = a.to(torch.float64, memory_format=torch.contiguous_format)
-    r, x, failed = cholesky_inverse(torch.bmm(a64.mT, a64), leaf)
-    index = torch.nonzero(~failed).flatten()
-    if index.numel() < a64.shape[0]:
-        a64, r, x = a64[index], r[index], x[index]
-    q = torch.bmm(a64, x)
-    g2 = torch.bmm(q.mT, q)
+    r, x, failed = cholesky_inverse(_gram(a64), leaf)
+    alive = torch.nonzero(~failed).flatten()
+    index = alive.tolist()
+    if len(index) < a64.shape[0]:
+        a64, r, x = a64[alive], r[alive], x[alive]
+    q = _times_upper(a64, x)
+    g2 = _gram(q)
     deviation = deviation_from_identity(g2)
-    passes = torch.where(deviation <= TIGHT, 1, torch.where(deviation <= LOOSE, 2, 0)).to(torch.int8)
+    passes = torch.where(deviation <= TIGHT, 1, torch.where(deviation <= LOOSE, 2, 0)).tolist()
 
-    redo = torch.nonzero(passes == 2).flatten()
-    if redo.numel() > 0:
-        r2, x2, failed2 = cholesky_inverse(g2[redo], leaf)
-        q[redo] = torch.bmm(q[redo], x2)
-        r[redo] = torch.bmm(r2, r[redo])
-        passes[redo] = torch.where(failed2, 0, 2).to(torch.int8)
+    redo = [i for i, p in enumerate(passes) if p == 2]
+    if redo:
+        rows = torch.tensor(redo, device=a.device)
+        r2, x2, failed2 = cholesky_inverse(g2[rows], leaf)
+        q[rows] = _times_upper(q[rows], x2)
+        r[rows] = _times_upper(r2, r[rows])
+        for i, bad in zip(redo, failed2.tolist(), strict=True):
+            passes[i] = 0 if bad else 2
 
-    ok = torch.nonzero(passes > 0).flatten()
-    if ok.numel() < index.numel():
-        index, q, r, passes = index[ok], q[ok], r[ok], passes[ok]
-    return CholQR(index, q, r, passes)
+    ok = [i for i, p in enumerate(passes) if p > 0]
+    if len(ok) < len(index):
+        rows = torch.tensor(ok, device=a.device)
+        q, r = q[rows], r[rows]
+    return CholQR([index[i] for i in ok], q, r, [passes[i] for i in ok])

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 __all__ = [
+    "DEFAULT_LEAF",
     "MAX_LEAF",
     "assemble",
     "cholesky_block",
@@ -33,6 +34,9 @@ __all__ = [
 # Widest diagonal block a leaf kernel holds: three 64 x 64 FP64 tiles are 48 registers per thread
 # at 8 warps.
 MAX_LEAF = 64
+# Default leaf: a 32 x 32 FP64 tile needs only two warps, so several programs share an SM and the
+# column-by-column latency of one matrix overlaps that of others.
+DEFAULT_LEAF = 32
 
 
 def _tile(k: int) -> int:
@@ -51,26 +55,6 @@ def _check_whole(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if not t.is_contiguous() or t.storage_offset() != 0:
             raise ValueError("leaf kernels need whole contiguous buffers")
-
-
-@triton.jit
-def _inverse_upper(u, rows, cols, kb):
-    """X = U^-1 for an upper-triangular tile whose diagonal is non-zero (padding diagonal 1).
-
-    Column j of X solves X[:, :j] U[:j, j] + X[:, j] U[j, j] = e_j; columns >= j of X are still zero
-    when column j is formed, so one full-width reduction per column suffices.
-    """
-    ut = tl.trans(u)
-    x = tl.where((rows[:, None] == cols[None, :]) & (rows[:, None] >= kb), 1.0, 0.0).to(u.dtype)
-    j = 0
-    while j < kb:
-        ucol = tl.sum(tl.where(rows[:, None] == j, ut, 0.0), axis=0)  # U[:, j], indexed along cols
-        ujj = tl.sum(tl.where(cols == j, ucol, 0.0), axis=0)
-        acc = tl.sum(x * ucol[None, :], axis=1)
-        xcol = (tl.where(rows == j, 1.0, 0.0) - acc) / ujj
-        x = tl.where(cols[None, :] == j, xcol[:, None], x)
-        j += 1
-    return x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,29 +103,35 @@ def _cholesky_kernel(g, x, info, off, mat_stride, row_stride, kb, BLOCK: tl.cons
     r2 = rows[:, None]
     c2 = cols[None, :]
     inside = (r2 < kb) & (c2 < kb)
+    eye = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
     base = off + pid * mat_stride
     # Only the upper triangle is trusted (products leave the two halves a few ulps apart): mirror it.
     upper = tl.load(g + base + r2 * row_stride + c2, mask=inside & (r2 <= c2), other=0.0)
     mirror = tl.load(g + base + c2 * row_stride + r2, mask=inside & (r2 > c2), other=0.0)
-    t = (upper + mirror).to(tl.float64)
-    t = tl.where((r2 == c2) & (r2 >= kb), 1.0, t)
-    r = tl.where((r2 == c2) & (r2 >= kb), 1.0, 0.0).to(tl.float64)
+    t = tl.where(inside, (upper + mirror).to(tl.float64), eye)
+    # G = L D L^T by elimination; the same row operations on E = I leave E = L^-1, so that
+    # R = D^1/2 L^T (written row by row) and R^-1 = E^T D^-1/2 come out of one sweep.
+    e = eye
+    rsqrt_d = tl.full([BLOCK], 1.0, dtype=tl.float64)
     failed = tl.zeros([], dtype=tl.int32)
     j = 0
     while j < kb:
         row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
         col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
+        e_row = tl.sum(tl.where(r2 == j, e, 0.0), axis=0)
         pivot = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
         ok = pivot > 0.0  # false for NaN too
         failed = tl.maximum(failed, tl.where(ok, 0, 1))
-        scale = 1.0 / tl.sqrt(tl.where(ok, pivot, 1.0))
+        pivot = tl.where(ok, pivot, 1.0)
+        scale = 1.0 / tl.sqrt(pivot)
+        mult = tl.where(rows > j, col / pivot, 0.0)
+        t = t - mult[:, None] * tl.where(cols > j, row, 0.0)[None, :]
+        e = e - mult[:, None] * e_row[None, :]
         r_row = tl.where(cols >= j, row * scale, 0.0)
-        r_col = tl.where(rows >= j, col * scale, 0.0)
-        t = t - r_col[:, None] * r_row[None, :]
-        r = tl.where(r2 == j, r_row[None, :], r)
+        tl.store(g + base + j * row_stride + cols, r_row.to(g.dtype.element_ty), mask=cols < kb)
+        rsqrt_d = tl.where(cols == j, scale, rsqrt_d)
         j += 1
-    inv = _inverse_upper(r, rows, cols, kb)
-    tl.store(g + base + r2 * row_stride + c2, r.to(g.dtype.element_ty), mask=inside)
+    inv = tl.trans(e) * rsqrt_d[None, :]
     tl.store(x + base + r2 * row_stride + c2, inv.to(x.dtype.element_ty), mask=inside)
     tl.store(info + pid, failed, mask=failed > 0)
 
@@ -151,7 +141,7 @@ def cholesky_block(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: i
 
     The upper triangle of the block is read; the block becomes R (zeros below the diagonal), the
     same block of ``x`` becomes R^-1. ``failed[b]`` is set to 1 when a pivot is not positive (the
-    factorisation then carries on with pivot 1 so nothing non-finite spreads); never cleared.
+    factorisation carries on with pivot 1, its results meaningless); never cleared.
     ``g`` and ``x`` are b x k x k with one layout.
     """
     _check_whole(g, x)
@@ -180,17 +170,23 @@ def _lu_kernel(
     r2 = rows[:, None]
     c2 = cols[None, :]
     inside = (r2 < kb) & (c2 < kb)
-    pad = (r2 == c2) & (r2 >= kb)
+    eye = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
     base = off + pid * mat_stride
-    t = tl.load(w + base + r2 * row_stride + c2, mask=inside, other=0.0).to(tl.float64)
-    t = tl.where(pad, 1.0, t)
-    lu = tl.where(pad, 1.0, 0.0).to(tl.float64)
+    t = tl.where(inside, tl.load(w + base + r2 * row_stride + c2, mask=inside, other=0.0).to(tl.float64), eye)
+    # Row operations of the elimination applied to E = I leave E = L^-1; the column operations
+    # that reduce U to its diagonal, applied to F = I, leave F = (D^-1 U)^-1, so U^-1 = F D^-1.
+    # L and U go to memory a column and a row per step.
+    e = eye
+    f = eye
+    inv_pivots = tl.full([BLOCK], 1.0, dtype=tl.float64)
     taus = tl.zeros([BLOCK], dtype=tl.float64)
     signs = tl.zeros([BLOCK], dtype=tl.float64)
     j = 0
     while j < kb:
         row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
         col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
+        e_row = tl.sum(tl.where(r2 == j, e, 0.0), axis=0)
+        f_col = tl.sum(tl.where(c2 == j, f, 0.0), axis=1)
         d = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
         # s = -sign(d) makes |U_jj| = 1 + |d| >= 1. The last column of a square Q needs no
         # reflector (d is +-1 there): s = sign(d) gives U_jj ~ 0 and tau = 0, as geqrf has it.
@@ -202,17 +198,17 @@ def _lu_kernel(
         l_col = tl.where(rows > j, col / pivot, 0.0)
         u_row = tl.where(cols > j, row, 0.0)
         t = t - l_col[:, None] * u_row[None, :]
-        lu = tl.where(c2 == j, tl.where(r2 > j, l_col[:, None], lu), lu)
-        lu = tl.where(r2 == j, tl.where(c2 == j, pivot, tl.where(c2 > j, u_row[None, :], lu)), lu)
+        e = e - l_col[:, None] * e_row[None, :]
+        f = f - f_col[:, None] * (u_row / pivot)[None, :]
+        u_out = tl.where(cols == j, pivot, u_row)
+        tl.store(w + base + j * row_stride + cols, u_out.to(w.dtype.element_ty), mask=(cols >= j) & (cols < kb))
+        tl.store(w + base + rows * row_stride + j, l_col.to(w.dtype.element_ty), mask=(rows > j) & (rows < kb))
+        inv_pivots = tl.where(cols == j, 1.0 / pivot, inv_pivots)
         taus = tl.where(cols == j, tl.where(last, 0.0, -u_jj * s), taus)
         signs = tl.where(cols == j, s, signs)
         j += 1
-    unit_lower = tl.where(r2 > c2, lu, tl.where(r2 == c2, 1.0, 0.0))
-    upper = tl.where(r2 <= c2, lu, 0.0)
-    l_inv = tl.trans(_inverse_upper(tl.trans(unit_lower), rows, cols, kb))
-    u_inv = _inverse_upper(upper, rows, cols, kb)
-    tl.store(w + base + r2 * row_stride + c2, lu.to(w.dtype.element_ty), mask=inside)
-    tl.store(linv + off + pid * linv_mat_stride + r2 * row_stride + c2, l_inv.to(linv.dtype.element_ty), mask=inside)
+    u_inv = f * inv_pivots[None, :]
+    tl.store(linv + off + pid * linv_mat_stride + r2 * row_stride + c2, e.to(linv.dtype.element_ty), mask=inside)
     tl.store(uinv + pid * kb * kb + r2 * kb + c2, u_inv.to(uinv.dtype.element_ty), mask=inside)
     vec = vec_off + pid * vec_stride + cols
     tl.store(tau + vec, taus.to(tau.dtype.element_ty), mask=cols < kb)
@@ -259,7 +255,7 @@ def _deviation_kernel(g, out, k, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     c0 = 0
     while c0 < k:
         cols = c0 + tl.arange(0, BLOCK_C)
-        inside = (rows[:, None] < k) & (cols[None, :] < k)
+        inside = (rows[:, None] <= cols[None, :]) & (cols[None, :] < k)
         x = tl.load(g + pid * k * k + rows[:, None] * k + cols[None, :], mask=inside, other=0.0).to(tl.float64)
         dev = tl.abs(x - tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
         dev = tl.where(dev == dev, dev, float("inf"))  # NaN must read as "far from I"
@@ -269,7 +265,8 @@ def _deviation_kernel(g, out, k, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
 
 
 def deviation_from_identity(g: torch.Tensor) -> torch.Tensor:
-    """max_ij |G_ij - I_ij| of every matrix of a contiguous b x k x k ``g``, in float64 (NaN -> inf)."""
+    """max_{i<=j} |G_ij - I_ij| of every symmetric matrix of a contiguous b x k x k ``g`` (only the
+    upper triangle is read), in float64; NaN reads as inf."""
     batch, k, _ = g.shape
     block_r = 16
     strips = triton.cdiv(k, block_r)

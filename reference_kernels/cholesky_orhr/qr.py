@@ -24,7 +24,7 @@ from enum import IntEnum
 import torch
 
 from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
-from reference_kernels.cholesky_orhr.kernels import MAX_LEAF, assemble, classify
+from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, assemble, classify
 from reference_kernels.cholesky_orhr.orhr import orhr
 
 try:
@@ -82,18 +82,18 @@ def _cholesky_orhr(
 ) -> list[int]:
     """Factor matrices ``index`` of ``a`` through their first k columns into ``h``/``tau``; returns
     the indices that failed the CholeskyQR tests."""
-    rows = torch.tensor(index, device=a.device)
-    sub = a if len(index) == a.shape[0] else a[rows]
+    sub = a if len(index) == a.shape[0] else a[torch.tensor(index, device=a.device)]
     result = cholesky_qr(sub[:, :, :k], leaf)
-    w, tau_k, sign = orhr(result.q.to(torch.float32), leaf)
-    assemble(w, result.r, sign, tau_k, rows[result.index], h, tau)
-    done = result.index.cpu().tolist()
-    routes[[index[i] for i in done]] = result.passes.cpu().to(routes.dtype)
+    done = [index[i] for i in result.index]
+    if done:
+        w, tau_k, sign = orhr(result.q.to(torch.float32), leaf)
+        assemble(w, result.r, sign, tau_k, torch.tensor(done, device=a.device), h, tau)
+        routes[done] = torch.tensor(result.passes, dtype=routes.dtype)
     done_set = set(done)
-    return [m for i, m in enumerate(index) if i not in done_set]
+    return [i for i in index if i not in done_set]
 
 
-def qr_routed(a: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qr_routed(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
     if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
@@ -129,11 +129,11 @@ def qr_routed(a: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torc
     return h, tau, routes
 
 
-def qr(a: torch.Tensor, leaf: int = MAX_LEAF) -> tuple[torch.Tensor, torch.Tensor]:
+def qr(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor]:
     """Compact Householder QR of every matrix of ``a`` (b x n x n float32), ``torch.geqrf`` semantics.
 
     Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``leaf`` is the width of
-    the diagonal blocks the Triton kernels factor (at most 64; smaller only to test the recursion).
+    the diagonal blocks the Triton kernels factor (at most 64).
     """
     h, tau, _ = qr_routed(a, leaf)
     return h, tau
