@@ -105,7 +105,8 @@ class _Fan:
                 error = exc
                 self.warn(f"{job.label}: infrastructure error on attempt {attempt} of {self.attempts}: "
                           f"{type(exc).__name__}: {exc}")
-                time.sleep(self.backoff_s * attempt if attempt < self.attempts else 0)
+                if attempt < self.attempts:
+                    time.sleep(self.backoff_s * attempt)
                 continue
             stages = ", ".join(f"{stage.name} {stage.status}" for stage in run.stages)
             self.progress(f"{job.label}: {run.status} ({stages}) in {time.monotonic() - started:.0f} s "
