@@ -105,11 +105,11 @@ def test_outputs_are_fresh_tensors(plan: dict[str, int]) -> None:
     assert torch.equal(first[1], second[1])
 
 
-@pytest.mark.parametrize("plan", [{}, {"nb": 16, "whole_max": 0}], ids=["whole", "blocked"])
+@pytest.mark.parametrize("plan", [{}, {"nb": 8, "whole_max": 0}], ids=["whole", "blocked"])
 def test_sub_batch_gathered_by_index(plan: dict[str, int]) -> None:
     """The cholesky_orhr fallback factors rows picked out of a batch; each matrix stands alone."""
-    a = generate_input(5, 40, 2, 9, "mixed").to(DEVICE)
-    rows = torch.tensor([4, 1], device=DEVICE)
+    a = generate_input(3, 24, 2, 9, "mixed").to(DEVICE)
+    rows = torch.tensor([2, 0], device=DEVICE)
     h, tau = qr(a, **plan)
     h_sub, tau_sub = qr(a[rows], **plan)
     torch.testing.assert_close(h_sub, h[rows], rtol=0, atol=1e-6)

@@ -60,10 +60,10 @@ class Plan:
 
 
 def default_plan(n: int) -> Plan:
-    """The default per size: whole-matrix programs up to 128x128 tiles, then 32-column panels
-    (64 from n = 2048, where fewer, larger trailing products pay off and panels split into leaves)."""
-    nb = 32 if n <= 1024 else 64
-    return Plan(nb=nb, leaf=nb, whole_max=128)
+    """The default per size: one program per matrix up to n = 128 (a 128x128 register tile); then
+    32-column leaves, with trailing updates every 32 columns below n = 512 and every 64 from there,
+    where the trailing matrix no longer fits in L2 and each update is a pass over memory."""
+    return Plan(nb=32 if n < 512 else 64, leaf=32, whole_max=128)
 
 
 @contextmanager
@@ -179,7 +179,7 @@ def qr(
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
     Outputs are fresh tensors; ``a`` is left unchanged; all work is queued on the current stream.
-    Keyword arguments override :func:`default_plan` (``leaf`` defaults to ``nb``).
+    Keyword arguments override :func:`default_plan` (``leaf`` is capped at ``nb``).
     """
     if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
@@ -187,7 +187,8 @@ def qr(
     batch, n, _ = a.shape
     base = default_plan(n)
     nb = base.nb if nb is None else nb
-    overrides = {"leaf": nb if leaf is None else leaf, "whole_max": whole_max, "update": update, "graph": graph}
+    leaf = min(base.leaf if leaf is None else leaf, nb)
+    overrides = {"leaf": leaf, "whole_max": whole_max, "update": update, "graph": graph}
     plan = replace(base, nb=nb, **{key: value for key, value in overrides.items() if value is not None})
 
     if n <= plan.whole_max:
