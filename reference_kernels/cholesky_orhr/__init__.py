@@ -4,13 +4,16 @@ FP64 CholeskyQR (one pass, a second one where the matrix's own accuracy test ask
 orthonormal Q; an LU of Q - S (LAPACK xORHR_COL) turns it into compact Householder factors.
 Matrices the Gram route cannot handle go to blocked Householder QR; see :mod:`.qr`.
 ``EXPORT_MODULES`` lists, in dependency order, the modules ``reference_kernels.export`` inlines
-into a one-file contest submission.
+into a one-file contest submission, blocked_wy's (the fallback) first.
 """
 
+from reference_kernels.blocked_wy import EXPORT_MODULES as _BLOCKED_WY_MODULES
 from reference_kernels.cholesky_orhr.qr import Route, qr, qr_routed
 
 EXPORT_MODULES = (
+    *_BLOCKED_WY_MODULES,
     "reference_kernels.cholesky_orhr.kernels",
+    "reference_kernels.cholesky_orhr.products",
     "reference_kernels.cholesky_orhr.cholqr",
     "reference_kernels.cholesky_orhr.orhr",
     "reference_kernels.cholesky_orhr.qr",

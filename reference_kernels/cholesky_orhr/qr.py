@@ -23,14 +23,10 @@ from enum import IntEnum
 
 import torch
 
+from reference_kernels.blocked_wy import qr as blocked_wy_qr
 from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
 from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, assemble, classify
 from reference_kernels.cholesky_orhr.orhr import orhr
-
-try:
-    from reference_kernels.blocked_wy import qr as _blocked_wy_qr
-except ImportError:  # blocked_wy has not landed: torch.geqrf stands in until it does
-    _blocked_wy_qr = None
 
 __all__ = ["Route", "qr", "qr_routed"]
 
@@ -56,13 +52,6 @@ def _ieee_fp32_products() -> Iterator[None]:
     finally:
         for b, value in zip(backends, saved, strict=True):
             b.fp32_precision = value
-
-
-def _fallback_qr(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Blocked Householder QR of a gathered sub-batch (its size varies call to call: no graphs)."""
-    if _blocked_wy_qr is None:
-        return torch.geqrf(a)
-    return _blocked_wy_qr(a, graph=False)
 
 
 def _structure(a: torch.Tensor) -> tuple[list[bool], list[bool], list[int]]:
@@ -121,7 +110,8 @@ def qr_routed(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, 
             fallback += _cholesky_orhr(a, index, k, leaf, h, tau, routes)
         if fallback:
             rows = torch.tensor(sorted(fallback), device=a.device)
-            h[rows], tau[rows] = _fallback_qr(a[rows])
+            # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
+            h[rows], tau[rows] = blocked_wy_qr(a[rows], graph=False)
     upper = torch.nonzero(routes == Route.TRIANGULAR).flatten().to(a.device)
     if upper.numel() > 0:
         h[upper] = a[upper]
