@@ -3,8 +3,8 @@ Cholesky recursion on their own, the output contract, and an sm_90 compile of ev
 
 Without CUDA the kernels run under the Triton interpreter on the CPU (the same kernels, numpy
 underneath), so the variable is set before anything imports triton; with CUDA the same tests run
-compiled, plus the qr_v2 benchmark shapes. ``leaf=16`` makes small matrices take the recursive
-paths that large ones take with the default leaf.
+compiled, plus the qr_v2 benchmark shapes. ``Plan(leaf=16)`` makes small matrices take the recursive
+paths that large ones take with the default plan.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import triton  # noqa: E402
 
 import reference_kernels.cholesky_orhr.kernels as kernels  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
-from reference_kernels.cholesky_orhr import Route, qr, qr_routed  # noqa: E402
+from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: E402
 from reference_kernels.cholesky_orhr.cholqr import cholesky_inverse  # noqa: E402
 from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
@@ -36,6 +36,7 @@ from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20
 EPS32 = torch.finfo(torch.float32).eps
+PLAN16 = Plan(leaf=16)
 
 
 def _check(a: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -55,7 +56,7 @@ def _check(a: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor]) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_case_passes(case: str) -> None:
     a = generate_input(2, 33, 2, 4100 + sorted(CASES).index(case), case)
-    _check(a, qr(a, leaf=16))
+    _check(a, qr(a, PLAN16))
 
 
 @pytest.mark.parametrize(("n", "case"), [(1, "dense"), (2, "dense"), (2, "nearcollinear"), (16, "mixed")])
@@ -64,7 +65,7 @@ def test_tiny_sizes(n: int, case: str) -> None:
     _check(a, qr(a))
 
 
-def test_mixed_at_default_leaf() -> None:
+def test_mixed_at_default_plan() -> None:
     a = generate_input(4, 64, 2, 4300, "mixed")
     _check(a, qr(a))
 
@@ -81,7 +82,7 @@ def test_routing_is_per_matrix() -> None:
     a[3, :, 9] = a[3, :, 4]  # exactly dependent columns: the Cholesky pivot vanishes
     a[4] = torch.triu(a[4])  # already triangular: H = A, tau = 0
     a[5] = 0.0
-    h, tau, routes = qr_routed(a, leaf=16)
+    h, tau, routes = qr_routed(a, PLAN16)
     assert routes.tolist() == [
         Route.CHOLESKY, Route.CHOLESKY, Route.FALLBACK, Route.FALLBACK, Route.TRIANGULAR, Route.TRIANGULAR
     ]
@@ -97,7 +98,7 @@ def test_second_pass_only_where_needed() -> None:
     dense = generate_input(2, 48, 1, 4500, "dense")
     rowscale = generate_input(2, 48, 0, 4501, "rowscale")
     a = torch.cat([dense, rowscale])
-    h, tau, routes = qr_routed(a, leaf=16)
+    h, tau, routes = qr_routed(a, PLAN16)
     assert routes.tolist() == [Route.CHOLESKY, Route.CHOLESKY, Route.CHOLESKY2, Route.CHOLESKY2]
     _check(a, (h, tau))
 
@@ -111,7 +112,7 @@ def test_orhr_reconstructs_q(m: int, k: int) -> None:
     gen = torch.Generator().manual_seed(4600 + k)
     q64, _ = torch.linalg.qr(torch.randn(3, m, k, dtype=torch.float64, generator=gen))
     q = q64.to(torch.float32).to(DEVICE)
-    w, tau, sign = orhr(q.clone(), leaf=16)
+    w, tau, sign = orhr(q.clone(), PLAN16)
     assert torch.all(sign.abs() == 1.0)
     reflectors = torch.zeros(3, m, m, device=DEVICE)
     reflectors[:, :, :k] = w
@@ -134,7 +135,7 @@ def test_cholesky_inverse_and_breakdown_flag() -> None:
     a = torch.randn(3, 50, 40, dtype=torch.float64, generator=gen)
     g = a.mT @ a
     g[2, 7, 7] = -1.0  # not positive definite
-    r, x, failed = cholesky_inverse(g.clone().to(DEVICE), leaf=16)
+    r, x, failed = cholesky_inverse(g.clone().to(DEVICE), PLAN16)
     assert failed.tolist() == [False, False, True]
     r, x = r[:2].cpu(), x[:2].cpu()
     assert torch.equal(r, torch.triu(r))

@@ -8,15 +8,17 @@ into a one-file contest submission, blocked_wy's (the fallback) first.
 """
 
 from reference_kernels.blocked_wy import EXPORT_MODULES as _BLOCKED_WY_MODULES
+from reference_kernels.cholesky_orhr.plan import Plan
 from reference_kernels.cholesky_orhr.qr import Route, qr, qr_routed
 
 EXPORT_MODULES = (
     *_BLOCKED_WY_MODULES,
     "reference_kernels.cholesky_orhr.kernels",
     "reference_kernels.cholesky_orhr.products",
+    "reference_kernels.cholesky_orhr.plan",
     "reference_kernels.cholesky_orhr.cholqr",
     "reference_kernels.cholesky_orhr.orhr",
     "reference_kernels.cholesky_orhr.qr",
 )
 
-__all__ = ["EXPORT_MODULES", "Route", "qr", "qr_routed"]
+__all__ = ["EXPORT_MODULES", "Plan", "Route", "qr", "qr_routed"]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF, cholesky_block, deviation_from_identity
+from reference_kernels.cholesky_orhr.kernels import cholesky_block, deviation_from_identity
+from reference_kernels.cholesky_orhr.plan import DEFAULT_PLAN, Plan
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular, split_point
 
 __all__ = ["LOOSE", "TIGHT", "CholQR", "cholesky_inverse", "cholesky_qr"]
@@ -32,39 +33,37 @@ TIGHT = float(torch.finfo(torch.float32).eps)
 LOOSE = 0.5
 
 
-def _cholesky_inverse(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: int, hi: int, leaf: int) -> None:
+def _cholesky_inverse(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: int, hi: int, plan: Plan) -> None:
     """Recursive step of :func:`cholesky_inverse` on the diagonal block [lo, hi)."""
-    if hi - lo <= leaf:
+    if hi - lo <= plan.leaf:
         cholesky_block(g, x, failed, lo, hi - lo)
         return
-    mid = split_point(lo, hi, leaf)
-    _cholesky_inverse(g, x, failed, lo, mid, leaf)
+    mid = split_point(lo, hi, plan.leaf)
+    _cholesky_inverse(g, x, failed, lo, mid, plan)
     x11 = x[:, lo:mid, lo:mid]
     r12 = torch.empty((g.shape[0], mid - lo, hi - mid), dtype=g.dtype, device=g.device)
-    left_triangular(x11.mT, g[:, lo:mid, mid:hi], r12, upper=False)
+    left_triangular(x11.mT, g[:, lo:mid, mid:hi], r12, upper=False, block=plan.block)
     g[:, lo:mid, mid:hi] = r12
     g[:, mid:hi, lo:mid] = 0.0
     x[:, mid:hi, lo:mid] = 0.0
-    gram_upper(r12, g[:, mid:hi, mid:hi], beta=1.0, alpha=-1.0)
-    _cholesky_inverse(g, x, failed, mid, hi, leaf)
+    gram_upper(r12, g[:, mid:hi, mid:hi], beta=1.0, alpha=-1.0, block=plan.block)
+    _cholesky_inverse(g, x, failed, mid, hi, plan)
     x11_r12 = torch.empty_like(r12)
-    left_triangular(x11, r12, x11_r12, upper=True)
-    right_triangular(x11_r12, x[:, mid:hi, mid:hi], x[:, lo:mid, mid:hi], upper=True, alpha=-1.0)
+    left_triangular(x11, r12, x11_r12, upper=True, block=plan.block)
+    right_triangular(x11_r12, x[:, mid:hi, mid:hi], x[:, lo:mid, mid:hi], upper=True, alpha=-1.0, block=plan.block)
 
 
-def cholesky_inverse(g: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def cholesky_inverse(g: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(R, R^-1, failed) for every symmetric positive definite matrix of ``g`` (b x k x k), G = R^T R.
 
     Only the upper triangle of ``g`` is read (by blocks: see ``products.gram_upper``); ``g`` is
     overwritten by R (zeros below the diagonal). ``failed`` (b, bool) marks matrices where a pivot
     was not positive; their R and R^-1 are meaningless (possibly not finite).
     """
-    if not 1 <= leaf <= MAX_LEAF:
-        raise ValueError(f"leaf must be in [1, {MAX_LEAF}], got {leaf}")
     g = g.contiguous()
     x = torch.empty_like(g)
     failed = torch.zeros(g.shape[0], dtype=torch.int32, device=g.device)
-    _cholesky_inverse(g, x, failed, 0, g.shape[-1], leaf)
+    _cholesky_inverse(g, x, failed, 0, g.shape[-1], plan)
     return g, x, failed.bool()
 
 
@@ -79,41 +78,41 @@ class CholQR:
     passes: list[int]
 
 
-def _gram(a: torch.Tensor) -> torch.Tensor:
+def _gram(a: torch.Tensor, plan: Plan) -> torch.Tensor:
     g = torch.empty((a.shape[0], a.shape[2], a.shape[2]), dtype=a.dtype, device=a.device)
-    gram_upper(a, g)
+    gram_upper(a, g, block=plan.block)
     return g
 
 
-def _times_upper(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _times_upper(a: torch.Tensor, x: torch.Tensor, plan: Plan) -> torch.Tensor:
     out = torch.empty((a.shape[0], a.shape[1], x.shape[2]), dtype=a.dtype, device=a.device)
-    right_triangular(a, x, out, upper=True)
+    right_triangular(a, x, out, upper=True, block=plan.block)
     return out
 
 
-def cholesky_qr(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> CholQR:
+def cholesky_qr(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> CholQR:
     """QR of every matrix of ``a`` (b x m x k, m >= k, FP32) by CholeskyQR, see the module notes.
 
     Matrices that fail are left out of the result. Synchronises with the host twice (which
     matrices go on after each test), three times if any matrix needs the second pass.
     """
     a64 = a.to(torch.float64, memory_format=torch.contiguous_format)
-    r, x, failed = cholesky_inverse(_gram(a64), leaf)
+    r, x, failed = cholesky_inverse(_gram(a64, plan), plan)
     alive = torch.nonzero(~failed).flatten()
     index = alive.tolist()
     if len(index) < a64.shape[0]:
         a64, r, x = a64[alive], r[alive], x[alive]
-    q = _times_upper(a64, x)
-    g2 = _gram(q)
+    q = _times_upper(a64, x, plan)
+    g2 = _gram(q, plan)
     deviation = deviation_from_identity(g2)
     passes = torch.where(deviation <= TIGHT, 1, torch.where(deviation <= LOOSE, 2, 0)).tolist()
 
     redo = [i for i, p in enumerate(passes) if p == 2]
     if redo:
         rows = torch.tensor(redo, device=a.device)
-        r2, x2, failed2 = cholesky_inverse(g2[rows], leaf)
-        q[rows] = _times_upper(q[rows], x2)
-        r[rows] = _times_upper(r2, r[rows])
+        r2, x2, failed2 = cholesky_inverse(g2[rows], plan)
+        q[rows] = _times_upper(q[rows], x2, plan)
+        r[rows] = _times_upper(r2, r[rows], plan)
         for i, bad in zip(redo, failed2.tolist(), strict=True):
             passes[i] = 0 if bad else 2
 

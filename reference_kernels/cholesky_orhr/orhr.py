@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF, lu_block
+from reference_kernels.cholesky_orhr.kernels import lu_block
+from reference_kernels.cholesky_orhr.plan import DEFAULT_PLAN, Plan
 from reference_kernels.cholesky_orhr.products import left_triangular, right_triangular, split_point
 
 __all__ = ["orhr"]
@@ -27,44 +28,42 @@ __all__ = ["orhr"]
 
 def _lu(
     w: torch.Tensor, linv: torch.Tensor, tau: torch.Tensor, sign: torch.Tensor,
-    lo: int, hi: int, need_inverse: bool, leaf: int,
+    lo: int, hi: int, need_inverse: bool, plan: Plan,
 ) -> None:
     """Factor columns [lo, hi) of ``w`` (rows lo..m) in place; with ``need_inverse`` also leave
     L^-1 of the diagonal block [lo, hi) in ``linv``."""
     batch, m, k = w.shape
-    if hi - lo <= leaf:
+    if hi - lo <= plan.leaf:
         uinv = lu_block(w, linv, tau, sign, lo, hi - lo, zero_last=m == k and hi == k)
         if hi < m:
             w[:, hi:, lo:hi] = torch.bmm(w[:, hi:, lo:hi], uinv)
         return
-    mid = split_point(lo, hi, leaf)
-    _lu(w, linv, tau, sign, lo, mid, True, leaf)
+    mid = split_point(lo, hi, plan.leaf)
+    _lu(w, linv, tau, sign, lo, mid, True, plan)
     linv11 = linv[:, lo:mid, lo:mid]
     u12 = torch.empty((batch, mid - lo, hi - mid), dtype=w.dtype, device=w.device)
-    left_triangular(linv11, w[:, lo:mid, mid:hi], u12, upper=False)
+    left_triangular(linv11, w[:, lo:mid, mid:hi], u12, upper=False, block=plan.block)
     w[:, lo:mid, mid:hi] = u12
     # Operands and result share w, so the Schur complement goes through a fresh tensor.
     w[:, mid:, mid:hi] = torch.baddbmm(w[:, mid:, mid:hi], w[:, mid:, lo:mid], u12, alpha=-1.0)
-    _lu(w, linv, tau, sign, mid, hi, need_inverse, leaf)
+    _lu(w, linv, tau, sign, mid, hi, need_inverse, plan)
     if need_inverse:
         l21 = torch.empty((batch, hi - mid, mid - lo), dtype=w.dtype, device=w.device)
-        left_triangular(linv[:, mid:hi, mid:hi], w[:, mid:hi, lo:mid], l21, upper=False)
-        right_triangular(l21, linv11, linv[:, mid:hi, lo:mid], upper=False, alpha=-1.0)
+        left_triangular(linv[:, mid:hi, mid:hi], w[:, mid:hi, lo:mid], l21, upper=False, block=plan.block)
+        right_triangular(l21, linv11, linv[:, mid:hi, lo:mid], upper=False, alpha=-1.0, block=plan.block)
 
 
-def orhr(q: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def orhr(q: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(W, tau, s) for every Q of ``q`` (b x m x k, m >= k, orthonormal columns, FP32).
 
     ``q`` (if contiguous, else a contiguous copy) is overwritten and returned as W: strictly below
     the diagonal the Householder vectors (unit diagonal implied), on and above it U (of no further
     use). ``tau`` and ``s`` are b x k; the caller's R becomes diag(s) R.
     """
-    if not 1 <= leaf <= MAX_LEAF:
-        raise ValueError(f"leaf must be in [1, {MAX_LEAF}], got {leaf}")
     q = q.contiguous()
     batch, _, k = q.shape
     linv = torch.zeros((batch, k, k), dtype=q.dtype, device=q.device)
     tau = torch.empty((batch, k), dtype=q.dtype, device=q.device)
     sign = torch.empty((batch, k), dtype=q.dtype, device=q.device)
-    _lu(q, linv, tau, sign, 0, k, False, leaf)
+    _lu(q, linv, tau, sign, 0, k, False, plan)
     return q, tau, sign

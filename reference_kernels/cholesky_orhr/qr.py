@@ -25,8 +25,9 @@ import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
 from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
-from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, assemble, classify
+from reference_kernels.cholesky_orhr.kernels import assemble, classify
 from reference_kernels.cholesky_orhr.orhr import orhr
+from reference_kernels.cholesky_orhr.plan import DEFAULT_PLAN, Plan
 
 __all__ = ["Route", "qr", "qr_routed"]
 
@@ -67,22 +68,22 @@ def _structure(a: torch.Tensor) -> tuple[list[bool], list[bool], list[int]]:
 
 
 def _cholesky_orhr(
-    a: torch.Tensor, index: list[int], k: int, leaf: int, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
+    a: torch.Tensor, index: list[int], k: int, plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
 ) -> list[int]:
     """Factor matrices ``index`` of ``a`` through their first k columns into ``h``/``tau``; returns
     the indices that failed the CholeskyQR tests."""
     sub = a if len(index) == a.shape[0] else a[torch.tensor(index, device=a.device)]
-    result = cholesky_qr(sub[:, :, :k], leaf)
+    result = cholesky_qr(sub[:, :, :k], plan)
     done = [index[i] for i in result.index]
     if done:
-        w, tau_k, sign = orhr(result.q.to(torch.float32), leaf)
+        w, tau_k, sign = orhr(result.q.to(torch.float32), plan)
         assemble(w, result.r, sign, tau_k, torch.tensor(done, device=a.device), h, tau)
         routes[done] = torch.tensor(result.passes, dtype=routes.dtype)
     done_set = set(done)
     return [i for i in index if i not in done_set]
 
 
-def qr_routed(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qr_routed(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
     if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
@@ -107,7 +108,7 @@ def qr_routed(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, 
 
     with _ieee_fp32_products():
         for k, index in groups.items():
-            fallback += _cholesky_orhr(a, index, k, leaf, h, tau, routes)
+            fallback += _cholesky_orhr(a, index, k, plan, h, tau, routes)
         if fallback:
             rows = torch.tensor(sorted(fallback), device=a.device)
             # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
@@ -119,11 +120,10 @@ def qr_routed(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, 
     return h, tau, routes
 
 
-def qr(a: torch.Tensor, leaf: int = DEFAULT_LEAF) -> tuple[torch.Tensor, torch.Tensor]:
+def qr(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor]:
     """Compact Householder QR of every matrix of ``a`` (b x n x n float32), ``torch.geqrf`` semantics.
 
-    Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``leaf`` is the width of
-    the diagonal blocks the Triton kernels factor (at most 64).
+    Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``plan``: see :class:`Plan`.
     """
-    h, tau, _ = qr_routed(a, leaf)
+    h, tau, _ = qr_routed(a, plan)
     return h, tau
