@@ -200,7 +200,8 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, precision: str)
         raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
     if v.stride(-1) != 1 or t.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("c, v and t need unit stride along their last dimension")
-    block_n = 64
+    # Register budget: the nb x BN accumulator and W, plus (for ieee) the FMA dot's operands.
+    block_n = 64 if nb <= 32 else 32
     c_base, c_off = _base(c)
     _wy_update_kernel[(triton.cdiv(ncols, block_n), batch)](
         c_base, c_off, c.stride(0), c.stride(1),
@@ -209,5 +210,5 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, precision: str)
         m, ncols,
         NB=nb, BM=64, BN=block_n, PRECISION=precision,
         ALIGNED=_rows_aligned(c),
-        num_warps=4,
+        num_warps=4 if nb <= 32 else 8,
     )
