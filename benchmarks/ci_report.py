@@ -1,0 +1,72 @@
+"""Regression report: every contestant through the contest's ranked submission, then the
+Markdown report with plots; exits 112 when any contestant fails a check (a correctness
+regression), 0 otherwise. Timings never fail it: they are for people to read.
+
+Run from the repo root. CI (CPU, the smoke set, into ``reports/ci/``)::
+
+    python -m benchmarks.ci_report
+
+On a GPU, the full contest set, with the committed GPU results as history::
+
+    python -m benchmarks.ci_report --device cuda --out reports/h200/$(date +%F) \\
+        --history reports/h200/*-leaderboard-qr_v2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from evaluator.contestant import discover_contestants
+from evaluator.report.compare import build_report, run_label
+from evaluator.report.markdown import write_report
+from evaluator.report.tables import render_run
+from evaluator.results import load_results, write_results
+from evaluator.runner import RunOptions, run_contestant
+from evaluator.shapes import resolve_shapes
+
+EXIT_OK, EXIT_FAILED = 0, 112
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ci_report", description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where kernels run (default: cpu)")
+    p.add_argument("--shapes", help="shape set (default: smoke on the CPU, qr_v2 on CUDA)")
+    p.add_argument("--out", type=Path, default=REPO / "reports" / "ci", help="report folder (default: reports/ci/)")
+    p.add_argument("--baseline", default="geqrf", help="contestant the others are compared with (default: geqrf)")
+    p.add_argument("--history", type=Path, nargs="*", default=[], metavar="RESULT.json",
+                   help="earlier results files, oldest first, for the history plot")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    shapes = resolve_shapes(args.shapes or ("qr_v2" if args.device == "cuda" else "smoke"))
+    options = RunOptions(device=args.device)
+    runs = []
+    for contestant in discover_contestants():
+        run = run_contestant(contestant, "leaderboard", shapes, options)
+        print(render_run(run), end="\n\n", flush=True)
+        runs.append(run)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    results = args.out / f"{stamp}-leaderboard-{shapes.name}.json"
+    write_results(results, runs)
+    history = [run for path in args.history for run in load_results(path)]
+    baseline = args.baseline if any(run_label(r) == args.baseline for r in runs) else None
+    report = build_report([*history, *runs], baseline, sources=[*map(str, args.history), str(results)])
+    if report.warning:
+        print(f"WARNING: {report.warning}", file=sys.stderr)
+    print(f"results: {results}\nreport: {write_report(report, args.out)}")
+    failed = [run_label(r) for r in runs if not r.passed]
+    if failed:
+        print(f"correctness regression: {', '.join(failed)} failed (see the report's Correctness section)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The pytest-benchmark door: replayed samples become pytest-benchmark's rounds exactly, and
+``pytest benchmarks --benchmark-only`` on a tiny shape set records per-case statistics of
+correct contestants, fails a wrong one, carries the device fingerprint, and lets
+``--benchmark-compare-fail`` catch a slowed kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluator.shapes import load_shapes
+from tests.conftest import REPO
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).parent / "contestants"
+TINY = Path(__file__).parent / "shapes_tiny.yaml"
+CASE_IDS = ("2x8", "2x16-rankdef")
+
+
+def test_replayed_samples_are_the_rounds_exactly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_replay="""
+        import pytest
+        from evaluator.pytest_plugin import REPLAY
+
+        @pytest.mark.benchmark(timer=REPLAY)
+        def test_replay(benchmark):
+            REPLAY.replay(benchmark, (1500.0, 2500.5, 1000.25, 1e9 / 3))
+    """)
+    pytester.runpytest("--benchmark-json=out.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (bench,) = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    assert bench["stats"]["data"] == [1500.0 / 1e9, 2500.5 / 1e9, 1000.25 / 1e9, 1 / 3]
+    assert bench["stats"]["rounds"] == 4
+    assert bench["options"]["timer"] == "qrbench evaluator samples"
+
+
+def _bench(tmp_path: Path, contestants: list[str], *args: str, slowed_ms: int = 0) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", "benchmarks", "--benchmark-only", "-p", "no:cacheprovider",
+               "--qrbench-shapes", str(TINY), "--qrbench-device", "cpu", "--qrbench-contestants", ",".join(contestants),
+               "--benchmark-storage", f"file://{tmp_path / 'storage'}", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "QRBENCH_SLOWED_MS": str(slowed_ms)})
+
+
+@pytest.mark.slow
+def test_benchmark_run_records_the_evaluator_statistics_and_fails_a_wrong_kernel(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    slowed = str(FIXTURES / "slowed.py")
+    proc = _bench(tmp_path, ["geqrf", slowed, str(FIXTURES / "zeros.py")], "--benchmark-json", str(out),
+                  "--benchmark-save", "base")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 failed, 4 passed" in proc.stdout
+    assert "zeros on 2x8: fail: R - Q.T @ A is too large" in proc.stdout
+
+    doc = json.loads(out.read_text())
+    assert doc["machine_info"]["qrbench"]["device"] == "cpu"
+    assert doc["machine_info"]["qrbench"]["gpu_key"].startswith("CPU: ")
+    benches = {(b["params"]["contestant"], b["params"]["case"]): b for b in doc["benchmarks"]}
+    assert set(benches) == {(name, case) for name in ("geqrf", "slowed") for case in CASE_IDS}
+    specs = {case_id: case.fields() for case_id, case in zip(CASE_IDS, load_shapes(TINY).benchmarks, strict=True)}
+    for (_, case_id), bench in benches.items():
+        stats = bench["stats"]
+        assert stats["rounds"] == len(stats["data"]) >= 3  # the contest's stopping rule: three at least
+        assert stats["mean"] == pytest.approx(statistics.mean(stats["data"]))
+        assert 0 < stats["min"] < 0.1  # seconds per call of a 2x8 or 2x16 QR on the host clock
+        assert bench["group"] == f"tiny {case_id}"
+        assert bench["extra_info"]["spec"] == specs[case_id]
+        assert bench["extra_info"]["timer"] == "cpu-clock"
+        assert bench["options"]["timer"] == "qrbench evaluator samples"
+
+    proc = _bench(tmp_path, [slowed], "--benchmark-compare=0001", "--benchmark-compare-fail=mean:100%", slowed_ms=20)
+    assert proc.returncode != 0
+    assert "Performance has regressed" in proc.stdout + proc.stderr
