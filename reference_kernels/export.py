@@ -234,7 +234,7 @@ def _flatten(module: _Module, finals: dict[tuple[str, str], str], taken: set[str
 def export_source(package: str) -> str:
     """One-file submission for ``reference_kernels.<package>``."""
     pkg = importlib.import_module(f"{PACKAGE}.{package}")
-    names = tuple(getattr(pkg, "EXPORT_MODULES", ()))
+    names = tuple(dict.fromkeys(getattr(pkg, "EXPORT_MODULES", ())))  # a module listed twice is inlined once
     if not names:
         raise ExportError(f"{pkg.__name__} has no EXPORT_MODULES")
     modules = [_load(name) for name in names]

@@ -70,7 +70,8 @@ def _probe_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, core: str) -
     (package / "__init__.py").write_text(
         f"from reference_kernels.blocked_wy import EXPORT_MODULES as _BASE\n"
         f"from reference_kernels.{name}.core import qr\n"
-        f"EXPORT_MODULES = (*_BASE, 'reference_kernels.{name}.core')\n"
+        # blocked_wy.qr twice, as when two dependencies both list it: inlined once
+        f"EXPORT_MODULES = (*_BASE, 'reference_kernels.blocked_wy.qr', 'reference_kernels.{name}.core')\n"
     )
     monkeypatch.setattr(reference_kernels, "__path__", [*reference_kernels.__path__, str(tmp_path)])
     return name
