@@ -18,7 +18,7 @@ with the host a few times per call; all work is on the current stream and comple
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import IntEnum
 
 import torch
@@ -42,14 +42,17 @@ class Route(IntEnum):
 
 
 @contextmanager
-def _ieee_fp32_products() -> Iterator[None]:
-    """FP32 products at full precision whatever the process chose (TF32 fails the factor gate)."""
+def _call_state(device: torch.device) -> Iterator[None]:
+    """The process state a call needs, restored afterwards: FP32 products at full precision whatever
+    the process chose (TF32 fails the factor gate), and on CUDA the input's device as the current
+    one (Triton launches on the current device)."""
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [b.fp32_precision for b in backends]
     try:
         for b in backends:
             b.fp32_precision = "ieee"
-        yield
+        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+            yield
     finally:
         for b, value in zip(backends, saved, strict=True):
             b.fp32_precision = value
@@ -83,6 +86,30 @@ def _cholesky_orhr(
     return [i for i in index if i not in done_set]
 
 
+def _factor(a: torch.Tensor, plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor) -> None:
+    """Route every matrix of ``a`` and write its factors into ``h``, ``tau`` and its route into ``routes``."""
+    triangular, gap, width = _structure(a)
+    groups: dict[int, list[int]] = {}
+    fallback: list[int] = []
+    for i in range(a.shape[0]):
+        if triangular[i]:
+            routes[i] = Route.TRIANGULAR
+        elif gap[i]:
+            fallback.append(i)
+        else:
+            groups.setdefault(width[i], []).append(i)
+    for k, index in groups.items():
+        fallback += _cholesky_orhr(a, index, k, plan, h, tau, routes)
+    if fallback:
+        rows = torch.tensor(sorted(fallback), device=a.device)
+        # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
+        h[rows], tau[rows] = blocked_wy_qr(a[rows], graph=False)
+    upper = torch.nonzero(routes == Route.TRIANGULAR).flatten().to(a.device)
+    if upper.numel() > 0:
+        h[upper] = a[upper]
+        tau[upper] = 0.0
+
+
 def qr_routed(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
     if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
@@ -92,31 +119,9 @@ def qr_routed(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor,
     h = torch.empty_like(a)
     tau = torch.empty((batch, n), dtype=a.dtype, device=a.device)
     routes = torch.full((batch,), int(Route.FALLBACK), dtype=torch.int8)
-    if a.numel() == 0:
-        return h, tau, routes
-
-    triangular, gap, width = _structure(a)
-    groups: dict[int, list[int]] = {}
-    fallback: list[int] = []
-    for i in range(batch):
-        if triangular[i]:
-            routes[i] = Route.TRIANGULAR
-        elif gap[i]:
-            fallback.append(i)
-        else:
-            groups.setdefault(width[i], []).append(i)
-
-    with _ieee_fp32_products():
-        for k, index in groups.items():
-            fallback += _cholesky_orhr(a, index, k, plan, h, tau, routes)
-        if fallback:
-            rows = torch.tensor(sorted(fallback), device=a.device)
-            # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
-            h[rows], tau[rows] = blocked_wy_qr(a[rows], graph=False)
-    upper = torch.nonzero(routes == Route.TRIANGULAR).flatten().to(a.device)
-    if upper.numel() > 0:
-        h[upper] = a[upper]
-        tau[upper] = 0.0
+    if a.numel() > 0:
+        with _call_state(a.device):
+            _factor(a, plan, h, tau, routes)
     return h, tau, routes
 
 
