@@ -246,7 +246,7 @@ def table(results: dict[str, Result], benches: list[Case], reference_ms: dict[st
             continue
         gm = math.exp(sum(math.log(t) for t in got) / len(got))
         refs = [reference_ms[c.label] for c, t in zip(benches, ms, strict=True) if t and c.label in reference_ms]
-        speed = f"{math.exp(sum(math.log(t) for t in refs) / len(refs)) / gm:8.1f}x" if len(refs) == len(got) else ""
+        speed = f"{math.exp(sum(math.log(t) for t in refs) / len(refs)) / gm:8.3g}x" if len(refs) == len(got) else ""
         note = "" if len(got) == len(benches) else f" ({len(got)}/{len(benches)})"
         row += f" | {gm:10.3f} {speed:>9}{note:>10} "
     log(row)

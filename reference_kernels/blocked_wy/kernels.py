@@ -2,9 +2,9 @@
 
 The whole panel lives in registers, so each of its w columns costs a few block-wide reductions and
 no memory traffic; that is why the panel is narrow (the orchestration in ``qr.py`` picks w so that
-the tile stays near 64 floats per thread). Optionally the program also writes the panel's compact-WY
-factors: V explicitly (unit diagonal, zeros above) and T as LAPACK's ``larft`` builds it, so that the
-trailing update is plain matrix products.
+the tile stays within ``MAX_TILE`` floats, at most 64 per thread). Optionally the program also writes
+the panel's compact-WY factors: V explicitly (unit diagonal, zeros above) and T as LAPACK's ``larft``
+builds it, so that the trailing update is plain matrix products.
 
 Reflectors follow LAPACK ``larfg``: beta = -sign(alpha) * norm(alpha, x), tau = (beta - alpha) / beta,
 v = x / (alpha - beta), v[0] = 1; tau = 0 and the column left as it is when x is all zero.
@@ -27,7 +27,8 @@ def panel_tile(m: int, w: int) -> tuple[int, int]:
 
 
 def _warps(tile: tuple[int, int]) -> int:
-    """About 32 floats per thread; one warp for small tiles keeps every reduction inside a warp."""
+    """32 floats per thread up to 16 warps (64 at ``MAX_TILE``); one warp for small tiles keeps every
+    reduction inside a warp."""
     return max(1, min(16, tile[0] * tile[1] // 1024))
 
 
@@ -100,8 +101,7 @@ def _base(view: torch.Tensor) -> tuple[torch.Tensor, int]:
 def _rows_aligned(*views: torch.Tensor) -> bool:
     """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores)."""
     return all(
-        view.as_strided((1,), (1,), 0).data_ptr() % 16 == 0
-        and all(x % 4 == 0 for x in (view.storage_offset(), *view.stride()[:-1]))
+        _base(view)[0].data_ptr() % 16 == 0 and all(x % 4 == 0 for x in (view.storage_offset(), *view.stride()[:-1]))
         for view in views
     )
 
