@@ -8,8 +8,7 @@ Run from the repo root. CI (CPU, the smoke set, into ``reports/ci/``)::
 
 On a GPU, the full contest set, with the committed GPU results as history::
 
-    python -m benchmarks.ci_report --device cuda --out reports/h200/$(date +%F) \\
-        --history reports/h200/*-leaderboard-qr_v2.json
+    python -m benchmarks.ci_report --device cuda --out reports/h200 --history reports/h200/*.json
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=REPO / "reports" / "ci", help="report folder (default: reports/ci/)")
     p.add_argument("--baseline", default="geqrf", help="contestant the others are compared with (default: geqrf)")
     p.add_argument("--history", type=Path, nargs="*", default=[], metavar="RESULT.json",
-                   help="earlier results files, oldest first, for the history plot")
+                   help="earlier results files for the history")
     return p.parse_args(argv)
 
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         run = run_contestant(contestant, "leaderboard", shapes, options)
         print(render_run(run), end="\n\n", flush=True)
         runs.append(run)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     results = args.out / f"{stamp}-leaderboard-{shapes.name}.json"
     write_results(results, runs)
     history = [run for path in args.history for run in load_results(path)]

@@ -121,9 +121,9 @@ def test_same_contestant_twice_is_same_against_a_baseline_file() -> None:
     assert entry.speedup == pytest.approx(1.0, rel=0.02)
 
 
-def test_latest_run_of_a_contestant_is_reported_and_all_go_into_the_history() -> None:
+def test_latest_run_of_a_contestant_is_reported_and_all_go_into_the_history_in_time_order() -> None:
     old, new = _geqrf(seed=1), _geqrf(seed=2, started_at="2026-11-30T10:00:00+00:00")
-    report = build_report([old, new])
+    report = build_report([new, old])
     assert [e.run for e in report.entries] == [new]
     assert report.history == (old, new)
 

@@ -19,8 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="Markdown report and PNG plots from results files")
     p.set_defaults(func=_cmd_report)
     p.add_argument("results", nargs="+", type=Path, metavar="RESULT.json",
-                   help="results files, oldest first: the latest run of each contestant is reported, "
-                        "every run goes into the history")
+                   help="results files: the latest run of each contestant is reported, every run goes "
+                        "into the history")
     p.add_argument("--baseline", metavar="NAME|RESULT.json",
                    help="a reported contestant (speedups over it) or an earlier results file "
                         "(each contestant against its own run there)")

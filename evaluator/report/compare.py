@@ -187,11 +187,8 @@ def _latest(history: Sequence[RunResult]) -> list[RunResult]:
     """The last run of each contestant and shape set, in the order each first appears."""
     latest: dict[tuple[str, str], RunResult] = {}
     for run in history:
-        key = (run_label(run), str(run.shapes.get("name")))
-        latest.pop(key, None)
-        latest[key] = run
-    order = list(dict.fromkeys((run_label(r), str(r.shapes.get("name"))) for r in history))
-    return [latest[key] for key in order]
+        latest[(run_label(run), str(run.shapes.get("name")))] = run  # a dict keeps first-insertion order
+    return list(latest.values())
 
 
 def build_report(
@@ -202,11 +199,13 @@ def build_report(
 ) -> Report:
     """Pair each contestant's latest run with its baseline and compare them case by case.
 
-    ``history`` is every run in time order. ``baseline`` is a contestant's name (its latest run
+    ``history`` is every run to report, in any order: runs are ordered by their start time (a
+    stable sort, so runs without one keep their place). ``baseline`` is a contestant's name (its latest run
     here is everyone's baseline on the same shape set), runs from an earlier results file (each
     contestant against its own run there: the same protocol if it holds one, else any), or None.
     """
     rule = rule or NoiseRule()
+    history = sorted(history, key=lambda r: r.started_at)
     runs = _latest(history)
     if isinstance(baseline, str):
         reference = {r.shapes.get("name"): r for r in runs if run_label(r) == baseline}
