@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -223,6 +224,7 @@ def test_a_folder_contestant_ships_its_helpers_and_runs_from_them() -> None:
     assert entry == "submission.py"
     assert sorted(files) == ["helper.py", "submission.py"]
     job = _jobs([FIXTURES / "contest_format"], "test")[0]
+    assert pickle.loads(pickle.dumps(job.request)) == job.request  # what a Modal call sends
     run = RunResult.from_dict(execute(job.request))
     assert run.passed, run.reason
     assert run.contestant == contestant.to_dict()

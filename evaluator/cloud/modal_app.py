@@ -104,7 +104,10 @@ class ModalDispatcher:
                                     "or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET") from exc
 
     def run(self, request: RunRequest, timeout_s: int) -> dict[str, Any]:
-        return self.function(timeout_s).remote(request)
+        function = self.function(timeout_s)
+        with self._lock:  # the first call of a variant loads it, once, not from every thread at once
+            function.hydrate()
+        return function.remote(request)
 
     def is_infrastructure(self, error: BaseException) -> bool:
         # An image that fails to build fails the same way on every attempt.
