@@ -112,8 +112,8 @@ def test_sub_batch_gathered_by_index(plan: dict[str, int]) -> None:
     rows = torch.tensor([2, 0], device=DEVICE)
     h, tau = qr(a, **plan)
     h_sub, tau_sub = qr(a[rows], **plan)
-    torch.testing.assert_close(h_sub, h[rows], rtol=0, atol=1e-6)
-    torch.testing.assert_close(tau_sub, tau[rows], rtol=0, atol=1e-6)
+    torch.testing.assert_close(h_sub, h[rows], rtol=0, atol=1e-5)  # cuBLAS may pick other kernels per batch
+    torch.testing.assert_close(tau_sub, tau[rows], rtol=0, atol=1e-5)
 
 
 def test_rejects_what_it_cannot_factor() -> None:
@@ -183,7 +183,13 @@ def test_every_launch_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(kernels, "_panel_kernel", Recorder(kernels._panel_kernel))
     monkeypatch.setattr(kernels, "_wy_update_kernel", Recorder(kernels._wy_update_kernel))
-    for n, plan in [(32, {}), (176, {}), (4096, {}), (512, {"update": "tf32x3"})]:
+    plans = [
+        *((n, {}) for n in (32, 176, 4096)),  # default plans: whole matrix, panels, leaves of 8
+        (512, {"update": "tf32x3"}),
+        (48, {"nb": 16, "whole_max": 0, "update": "ieee"}),
+        *((n, {"whole_max": 0, **plan}) for n, plan in BLOCKED_PLANS),  # the CPU tests' paths: unaligned, m = 1
+    ]
+    for n, plan in plans:
         qr(torch.empty(1, n, n, device="meta"), graph=False, **plan)
     assert len(launches) >= 10
     for fn, (signature, constants, attrs, options) in launches.values():
