@@ -6,7 +6,6 @@ is a batched matrix product in ``cholqr.py`` / ``orhr.py``; what is left for Tri
 - ``classify``: per column, "any non-zero at all" and "any non-zero below the diagonal" (routing);
 - ``cholesky_block``: Cholesky factor and its inverse of one diagonal block (a recursion leaf);
 - ``lu_block``: the ORHR sign-choosing LU of one diagonal block, with both triangular inverses;
-- ``deviation_from_identity``: max |G - I| per matrix, the accuracy test of CholeskyQR;
 - ``assemble``: H = strict-lower(V) + S R and tau, scattered into the output batch.
 
 Leaf tiles live in registers and are worked on in FP64 whatever the storage type: a leaf is at most
@@ -27,7 +26,6 @@ __all__ = [
     "assemble",
     "cholesky_block",
     "classify",
-    "deviation_from_identity",
     "lu_block",
 ]
 
@@ -240,39 +238,6 @@ def lu_block(
         BLOCK=tile, num_warps=_warps(tile),
     )
     return uinv
-
-
-# ---------------------------------------------------------------------------------------------
-# Accuracy test: max |G - I| per matrix.
-
-
-@triton.jit
-def _deviation_kernel(g, out, k, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
-    strip = tl.program_id(1)
-    rows = strip * BLOCK_R + tl.arange(0, BLOCK_R)
-    worst = tl.zeros([BLOCK_R], dtype=tl.float64)
-    c0 = 0
-    while c0 < k:
-        cols = c0 + tl.arange(0, BLOCK_C)
-        inside = (rows[:, None] <= cols[None, :]) & (cols[None, :] < k)
-        x = tl.load(g + pid * k * k + rows[:, None] * k + cols[None, :], mask=inside, other=0.0).to(tl.float64)
-        dev = tl.abs(x - tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
-        dev = tl.where(dev == dev, dev, float("inf"))  # NaN must read as "far from I"
-        worst = tl.maximum(worst, tl.max(tl.where(inside, dev, 0.0), axis=1))
-        c0 += BLOCK_C
-    tl.store(out + pid * tl.num_programs(1) + strip, tl.max(worst, axis=0))
-
-
-def deviation_from_identity(g: torch.Tensor) -> torch.Tensor:
-    """max_{i<=j} |G_ij - I_ij| of every symmetric matrix of a contiguous b x k x k ``g`` (only the
-    upper triangle is read), in float64; NaN reads as inf."""
-    batch, k, _ = g.shape
-    block_r = 16
-    strips = triton.cdiv(k, block_r)
-    partial = torch.empty((batch, strips), dtype=torch.float64, device=g.device)
-    _deviation_kernel[(batch, strips)](g, partial, k, BLOCK_R=block_r, BLOCK_C=64)
-    return partial.amax(dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
