@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from evaluator.environment import gpu_key
 from evaluator.report import plots
-from evaluator.report.compare import Comparison, Entry, Report, run_label
+from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label
 from evaluator.report.tables import timing_label
 from evaluator.report.units import format_ns, format_s
 from evaluator.results import CaseResult, RunResult, now_iso
@@ -63,7 +63,7 @@ def _case_table(entries: Sequence[Entry], cell: CaseCell) -> str:
 def _verdict_counts(entry: Entry) -> str:
     if entry.baseline is None:
         return "-"
-    return " / ".join(str(entry.count(v)) for v in ("faster", "slower", "same"))
+    return " / ".join(str(entry.count(v)) for v in (FASTER, SLOWER, SAME))
 
 
 def _summary(report: Report) -> str:
