@@ -5,10 +5,10 @@
 
 1. FP32 / FP64 batched-product throughput at the benchmark shapes (the FP64 first pass assumes
    cuBLAS DGEMM runs near FP32 speed on this GPU).
-2. For every plan (each combination of ``--leaf`` and ``--block``) and benchmark case of
+2. For every plan (``auto``: qr's default per shape, then each ``--leaf`` x ``--block``) and case of
    ``shapes/qr_v2.yaml``: the checker's scaled residuals, how many matrices took each route, and
    the median time of one call (L2 flushed before each, as ``kernel_dev.py`` times).
-3. For the first plan, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
+3. For ``auto``, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
    products, in each Triton kernel, in copies and other elementwise work, in blocked_wy (the
    fallback), against the call's wall time (the gap is host time: launches and synchronisations).
 
@@ -88,14 +88,15 @@ def product_rates(log: Log) -> None:
         log(f"  {batch:>4} x {n:<5} FP32 {rates[0]:6.1f}   FP64 {rates[1]:6.1f}")
 
 
-def plans(args: argparse.Namespace) -> dict[str, Plan]:
-    leaves = [int(v) for v in args.leaf.split(",")]
-    blocks = [int(v) for v in args.block.split(",")]
+def plans(args: argparse.Namespace) -> dict[str, Plan | None]:
+    """``auto`` (qr's own choice per shape, ``default_plan``) and every ``--leaf`` x ``--block``."""
+    leaves = [int(v) for v in args.leaf.split(",") if v]
+    blocks = [int(v) for v in args.block.split(",") if v]
     pairs = itertools.product(leaves, blocks)
-    return {f"leaf={leaf},block={block}": Plan(leaf=leaf, block=block) for leaf, block in pairs}
+    return {"auto": None} | {f"leaf={leaf},block={block}": Plan(leaf=leaf, block=block) for leaf, block in pairs}
 
 
-def check(case: Case, plan: Plan, log: Log) -> tuple[float | None, str]:
+def check(case: Case, plan: Plan | None, log: Log) -> tuple[float | None, str]:
     """(worst scaled factor residual or None on failure, route counts) for one input of ``case``."""
     a = case.make()
     h, tau, routes = qr_routed(a, plan)
@@ -114,7 +115,7 @@ def check(case: Case, plan: Plan, log: Log) -> tuple[float | None, str]:
     return d["scaled_factor_residual"], shown
 
 
-def breakdown(case: Case, plan: Plan) -> dict[str, float]:
+def breakdown(case: Case, plan: Plan | None) -> dict[str, float]:
     """GPU ms per category for one call (after a warm-up call), plus 'wall' and 'gpu total'."""
     a = case.make()
     qr(a, plan)
@@ -179,10 +180,9 @@ def main() -> int:
 
     parts: dict[str, dict[str, float]] = {}
     if not args.no_breakdown:
-        first = next(iter(variants.values()))
         for case in benches:
             try:
-                parts[case.label] = breakdown(case, first)
+                parts[case.label] = breakdown(case, None)
             except Exception as error:  # noqa: BLE001 (report and go on)
                 log(f"  breakdown {case.label}: ERROR {error!r}")
 
@@ -200,7 +200,7 @@ def main() -> int:
     log(f"{'geomean':<22}{geo}")
     if parts:
         columns = ["wall", "gpu total", *(label for label, _ in CATEGORIES), "other"]
-        log(f"\nwhere one call's time goes (ms; first plan; wall - gpu total ~ host time):\n{'case':<22}"
+        log(f"\nwhere one call's time goes (ms; auto plan; wall - gpu total ~ host time):\n{'case':<22}"
             + "".join(f" {c[:13]:>13}" for c in columns))  # fmt: skip
         for label, p in parts.items():
             log(f"{label:<22}" + "".join(f" {p.get(c, 0.0):13.3f}" for c in columns))

@@ -8,7 +8,7 @@ into a one-file contest submission, blocked_wy's (the fallback) first.
 """
 
 from reference_kernels.blocked_wy import EXPORT_MODULES as _BLOCKED_WY_MODULES
-from reference_kernels.cholesky_orhr.plan import Plan
+from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 from reference_kernels.cholesky_orhr.qr import Route, qr, qr_routed
 
 EXPORT_MODULES = (
@@ -21,4 +21,4 @@ EXPORT_MODULES = (
     "reference_kernels.cholesky_orhr.qr",
 )
 
-__all__ = ["EXPORT_MODULES", "Plan", "Route", "qr", "qr_routed"]
+__all__ = ["EXPORT_MODULES", "Plan", "Route", "default_plan", "qr", "qr_routed"]

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF
 from reference_kernels.cholesky_orhr.products import BLOCK
 
-__all__ = ["DEFAULT_PLAN", "Plan"]
+__all__ = ["DEFAULT_PLAN", "Plan", "default_plan"]
+
+# batch * n^3 below which a call is bound by host launch time rather than GPU work: about 4 flops
+# per unit, so 1e10 is ~1 ms of products at ~50 TFLOP/s, against ~100-200 launches of ~7 us.
+_HOST_BOUND_WORK = 1e10
 
 
 @dataclass(frozen=True)
@@ -27,3 +31,13 @@ class Plan:
 
 
 DEFAULT_PLAN = Plan()
+
+
+def default_plan(batch: int, n: int) -> Plan:
+    """The plan ``qr`` uses when given none. Small problems (40 x 352 and below) are bound by the host:
+    the widest leaf and unsplit products give the fewest launches. Large ones are bound by products
+    and leaf latency: 32-wide leaves run several programs per SM, and products split down to 256
+    skip the zero halves of triangular operands."""
+    if batch * n**3 <= _HOST_BOUND_WORK:
+        return Plan(leaf=MAX_LEAF, block=max(n, 1))
+    return DEFAULT_PLAN

@@ -27,7 +27,7 @@ from reference_kernels.blocked_wy import qr as blocked_wy_qr
 from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
 from reference_kernels.cholesky_orhr.kernels import assemble, classify
 from reference_kernels.cholesky_orhr.orhr import orhr
-from reference_kernels.cholesky_orhr.plan import DEFAULT_PLAN, Plan
+from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 
 __all__ = ["Route", "qr", "qr_routed"]
 
@@ -110,7 +110,7 @@ def _factor(a: torch.Tensor, plan: Plan, h: torch.Tensor, tau: torch.Tensor, rou
         tau[upper] = 0.0
 
 
-def qr_routed(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
     if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
@@ -121,14 +121,15 @@ def qr_routed(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor,
     routes = torch.full((batch,), int(Route.FALLBACK), dtype=torch.int8)
     if a.numel() > 0:
         with _call_state(a.device):
-            _factor(a, plan, h, tau, routes)
+            _factor(a, plan or default_plan(batch, n), h, tau, routes)
     return h, tau, routes
 
 
-def qr(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.Tensor, torch.Tensor]:
+def qr(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Compact Householder QR of every matrix of ``a`` (b x n x n float32), ``torch.geqrf`` semantics.
 
-    Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``plan``: see :class:`Plan`.
+    Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``plan``: see :class:`Plan`
+    (default: :func:`default_plan` for the batch and size).
     """
     h, tau, _ = qr_routed(a, plan)
     return h, tau
