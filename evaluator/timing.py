@@ -3,10 +3,13 @@
 A timer times one repeat, ``timer.time(run) -> (Measurement, result)``: it settles the device,
 flushes the L2 cache outside the timed region, times ``run()`` and returns its result.
 
-The functions a timer calls (``synchronize``, the event class, the host clock) are bound when
-this module is imported, which the worker does before it imports any contestant: a kernel that
-later replaces ``torch.cuda.synchronize``, ``torch.cuda.Event`` or ``time.perf_counter_ns``
-does not change what these timers measure (the guards report such a kernel separately).
+The functions a timer calls (the device synchronize, the event class, the host clock) are
+bound when this module is imported, which the worker does before it imports any contestant: a
+kernel that later replaces ``torch.cuda.synchronize``, ``torch.cuda.Event`` or
+``time.perf_counter_ns`` does not change what these timers measure (the tripwire reports such
+a kernel separately, see :mod:`evaluator.tripwire`). The synchronize is the C function itself:
+``torch.cuda.synchronize`` looks names up each time it runs, and one of them could be swapped
+for a no-op.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "Measurement",
     "Timer",
     "make_timer",
+    "synchronize",
 ]
 
 T = TypeVar("T")
@@ -33,7 +37,9 @@ T = TypeVar("T")
 CONTEST_FLUSH_BYTES = 32 * 1024 * 1024 * 8  # the contest's 32 x 1024 x 1024 int64 fill
 
 _perf_counter_ns = time.perf_counter_ns
-_cuda_synchronize = torch.cuda.synchronize
+_cuda_available = torch.cuda.is_available()
+# Waits for all work on the current device (the worker's only device). CPU builds lack it.
+_cuda_synchronize = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
 _CudaEvent = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed_ms = torch.cuda.Event.elapsed_time
@@ -55,6 +61,12 @@ class Timer(Protocol):
     def time(self, run: Callable[[], T]) -> tuple[Measurement, T]:
         """Time one repeat of ``run``; also return what ``run`` returned."""
         ...
+
+
+def synchronize() -> None:
+    """Wait for every queued device operation; nothing to wait for without CUDA."""
+    if _cuda_available:
+        _cuda_synchronize()
 
 
 class L2Flush:
@@ -91,19 +103,19 @@ class CudaEventTimer:
         self._flush = L2Flush(device)
 
     def time(self, run: Callable[[], T]) -> tuple[Measurement, T]:
-        _cuda_synchronize(self.device)
+        _cuda_synchronize()
         self._flush()  # queued before the start event: its time is never inside the region
         start, mid, end = (_CudaEvent(enable_timing=True) for _ in range(3))
         _event_record(start)
         result = run()
         if not self.drain:
             _event_record(end)
-            _cuda_synchronize(self.device)
+            _cuda_synchronize()
             return Measurement(_event_elapsed_ms(start, end) * 1e6), result
         _event_record(mid)
-        _cuda_synchronize(self.device)
+        _cuda_synchronize()
         _event_record(end)
-        _cuda_synchronize(self.device)
+        _cuda_synchronize()
         return Measurement(_event_elapsed_ms(start, end) * 1e6, _event_elapsed_ms(mid, end) * 1e6), result
 
 

@@ -25,6 +25,7 @@ from evaluator.guards import Hardening, PhysicalFloor
 from evaluator.protocol import Harness, run_benchmark, run_leaderboard, run_profile, run_test
 from evaluator.shapes import load_shapes
 from evaluator.timing import make_timer
+from evaluator.tripwire import Tripwire
 
 __all__ = ["main"]
 
@@ -46,6 +47,7 @@ def _run(job: dict[str, Any], out: Writer) -> None:
 
     contestant = Contestant(job["contestant"]["name"], Path(job["contestant"]["path"]), job["contestant"]["sha256"])
     with contest_modules(contestant.path.parent):
+        tripwire = Tripwire() if hardening.tamper else None  # before the kernel's import-time code runs
         try:
             kernel = load_kernel(contestant)
         except ContestantError as exc:
@@ -58,6 +60,7 @@ def _run(job: dict[str, Any], out: Writer) -> None:
             q_method="published" if job["compat"] else "auto",
             floor=floor,
             progress=lambda event: out.send({"event": "progress", "progress": event}),
+            tripwire=tripwire,
         )
         mode = job["mode"]
         if mode == "profile":

@@ -1,0 +1,401 @@
+"""The run protocol and the hardening rules, in-process, with fake kernels, timers and clocks.
+
+Compat mode must be the contest's protocol step for step (as far as the CPU can show it); the
+hardened default must close each hole without ever flagging an honest kernel.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import sys
+import threading
+import time
+from collections import namedtuple
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from itertools import cycle
+from typing import Any, TypeVar
+
+import pytest
+import torch
+
+import evaluator.stats
+import reference.checker
+from evaluator import guards
+from evaluator.guards import Hardening, PhysicalFloor
+from evaluator.protocol import BenchSettings, Harness, benchmark_case
+from evaluator.protocol import test_case as run_test_case
+from evaluator.shapes import Case, Timing
+from evaluator.threadwatch import ThreadWatch
+from evaluator.timing import CpuClockTimer, Measurement
+from evaluator.tripwire import Tripwire
+from reference.inputs import generate_input
+
+T = TypeVar("T")
+CASE = Case(2, 8, 1, 3)
+TWO_INPUTS = Timing(max_inputs=2)
+ONE_INPUT = Timing(max_inputs=1)
+COMPAT = Hardening.compat()
+
+
+class FakeTimer:
+    """Runs the repeat but reports made-up times: the next of ``elapsed_ns`` and ``tail_ns``."""
+
+    def __init__(self, elapsed_ns: tuple[float, ...] = (1e4,), tail_ns: tuple[float, ...] = (0.0,),
+                 kind: str = "cpu-clock") -> None:
+        self.kind = kind
+        self._elapsed = cycle(elapsed_ns)
+        self._tail = cycle(tail_ns)
+
+    def time(self, run: Callable[[], T]) -> tuple[Measurement, T]:
+        result = run()
+        return Measurement(next(self._elapsed), next(self._tail)), result
+
+
+def fake_clock(step_s: float) -> Callable[[], int]:
+    """A wall clock (ns) that advances ``step_s`` at every reading."""
+    ticks = iter(range(0, 10**15, int(step_s * 1e9)))
+    return lambda: next(ticks)
+
+
+class Recorder:
+    """An honest kernel that remembers what it was handed: object, pointer, content."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, torch.Tensor]] = []
+
+    def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls.append((id(a), a.data_ptr(), a.clone()))
+        return torch.geqrf(a)
+
+
+HARDENED = Hardening()
+
+
+def _bench(kernel: Callable[[torch.Tensor], object], hardening: Hardening = HARDENED, *,
+           timing: Timing = ONE_INPUT, repeats: int = 3, recheck: bool = True, **harness: Any):
+    harness.setdefault("timer", CpuClockTimer())
+    h = Harness(kernel, hardening=hardening, **harness)
+    return benchmark_case(h, 0, CASE, BenchSettings(recheck, repeats, 10.0), timing)
+
+
+# ---- compat: the contest's protocol, step for step -------------------------------------------
+
+def test_compat_times_the_same_inputs_every_repeat_from_seeds_plus_42() -> None:
+    kernel = Recorder()
+    result = _bench(kernel, COMPAT, timing=TWO_INPUTS, repeats=10, timer=FakeTimer(), clock=fake_clock(0.04))
+    assert result.passed, result.message
+    assert result.seeds == (CASE.seed + 42, CASE.seed + 84)
+    expected = [generate_input(**CASE.with_seed(s).generator_args()) for s in result.seeds]
+    first, timed = kernel.calls[:2], kernel.calls[2:]
+    # The correctness pass: one call per input, each on a clone.
+    assert all(torch.equal(content, want) for (_, _, content), want in zip(first, expected, strict=True))
+    # Constant samples: the stopping rule ends the case at the third repeat (0.12 s > 0.1 s).
+    assert result.stats.runs == 3
+    assert len(timed) == 6
+    repeats = [timed[i:i + 2] for i in range(0, 6, 2)]
+    for repeat in repeats:
+        assert [(obj, ptr) for obj, ptr, _ in repeat] == [(obj, ptr) for obj, ptr, _ in repeats[0]]
+        assert all(torch.equal(content, want) for (_, _, content), want in zip(repeat, expected, strict=True))
+    assert {ptr for _, ptr, _ in first}.isdisjoint({ptr for _, ptr, _ in timed})
+
+
+def test_compat_rechecks_against_pristine_copies() -> None:
+    """A kernel that zeroes its input after answering passes the contest (its checks use the
+    pristine copies); hardened, that is rule input-unchanged."""
+
+    def zeroes_input(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.geqrf(a)
+        a.zero_()
+        return out
+
+    assert _bench(zeroes_input, COMPAT, repeats=1).passed
+    assert _bench(zeroes_input, repeats=1).message.startswith("[rule input-unchanged]")
+
+
+@pytest.mark.parametrize(("elapsed_ns", "step_s", "runs"), [
+    ((1e4,), 0.01, 11),          # no noise: stop once more than 0.1 s has passed
+    ((1e4, 2e4), 0.001, 101),    # noisy: the 1 ms budget is spent at run 67, but 0.1 s only at 101
+    ((1e4, 2e4), 61.0, 3),       # the 120 s wall cap, applied from the third repeat as the contest does
+])
+def test_stopping_rule_is_the_contests(elapsed_ns: tuple[float, ...], step_s: float, runs: int) -> None:
+    h = Harness(torch.geqrf, FakeTimer(elapsed_ns), COMPAT, clock=fake_clock(step_s))
+    result = benchmark_case(h, 0, CASE, BenchSettings(False, 1000, 1e-3), ONE_INPUT)
+    assert result.stats.runs == runs
+
+
+# ---- hardened: fresh inputs, output rules ------------------------------------------------------
+
+def test_fresh_inputs_reuse_memory_but_never_content() -> None:
+    kernel = Recorder()
+    result = _bench(kernel, timing=TWO_INPUTS, repeats=3)
+    assert result.passed, result.message
+    timed = kernel.calls[2:]
+    repeats = [timed[i:i + 2] for i in range(0, len(timed), 2)]
+    assert len(repeats) == 3
+    for repeat in repeats[1:]:  # same objects and memory every repeat, as in the contest
+        assert [(obj, ptr) for obj, ptr, _ in repeat] == [(obj, ptr) for obj, ptr, _ in repeats[0]]
+    contents = [content for _, _, content in kernel.calls]
+    for i, a in enumerate(contents):  # every call saw content no other call saw
+        assert not any(torch.equal(a, b) for b in contents[i + 1:])
+    assert result.seeds == (CASE.seed + 42, CASE.seed + 84)  # the correctness pass's, recorded
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+class _PosesAsTuple:
+    __class__ = property(lambda self: tuple)  # type: ignore[assignment]
+
+
+def test_output_type_rule() -> None:
+    a = torch.zeros(2, 3, 3)
+    tau = torch.zeros(2, 3)
+    assert "H is a" in guards.output_type_problem((a.as_subclass(_Sub), tau))
+    assert "tau is a" in guards.output_type_problem((a, tau.as_subclass(_Sub)))
+    assert "posing as a tuple" in guards.output_type_problem(_PosesAsTuple())
+    pair = namedtuple("pair", "h tau")
+    for fine in ((a, tau), pair(a, tau), [a, tau], (a, tau, tau), None):
+        assert guards.output_type_problem(fine) is None  # lists and bad tuples: the checker's message
+
+
+def test_plain_output_ignores_what_the_kernel_attached() -> None:
+    h, tau = torch.geqrf(generate_input(**CASE.generator_args()))
+    h.double = lambda: torch.zeros(1)  # an instance attribute shadowing a tensor method
+
+    class Lying(tuple):
+        def __iter__(self) -> Iterator[object]:
+            return iter((None, None))
+
+    plain = guards.plain_output(Lying((h, tau)))
+    assert type(plain) is tuple
+    assert plain[0].data_ptr() == h.data_ptr()
+    assert plain[0].double().shape == h.shape
+    assert "double" not in vars(plain[0])
+
+
+def test_aliasing_rule() -> None:
+    a = torch.randn(2, 4, 4)
+    handed = guards.kernel_view(a)
+    tau = torch.zeros(2, 4)
+    expected = "[rule no-alias] H shares memory with the input"
+    assert guards.aliasing_problem((a, handed), (handed[:, :, :], tau)) == expected
+    assert "tau shares" in guards.aliasing_problem((a, handed), (a.clone(), a.view(-1)[:8].view(2, 4)))
+    assert guards.aliasing_problem((a, handed), (a.clone(), tau)) is None
+    elsewhere = torch.randn(2, 4, 4)
+    handed.set_(elsewhere)  # a kernel re-pointing the tensor it was handed
+    assert guards.aliasing_problem((a, handed), (elsewhere, tau)) is not None
+
+
+def test_input_and_settled_rules() -> None:
+    a = torch.randn(2, 4, 4)
+    assert guards.input_mutation_problem(a, a.clone()) is None
+    assert "modified its input" in guards.input_mutation_problem(a + 1, a)
+    assert guards.settled_problem([a], [a.clone()]) is None
+    assert "output 0 changed" in guards.settled_problem([a], [a + 1])
+
+
+@pytest.mark.parametrize(("tails_ns", "repeats_ns", "flagged"), [
+    ((20e3,) * 5, (1e6,) * 5, False),                   # honest: host latency only
+    ((5e6,) * 5, (6e6,) * 5, True),                     # work left on a side stream, every repeat
+    ((20e3, 20e3, 5e6, 20e3, 20e3), (6e6,) * 5, False),  # one late wake-up is noise
+    ((5e6,) * 2, (6e6,) * 2, False),                    # too few repeats to tell
+    ((50e6,) * 5, (1e9,) * 5, False),                   # 5% of a one-second repeat
+    ((150e6,) * 5, (1e9,) * 5, True),                   # 15% of it
+])
+def test_stream_join_rule(tails_ns: tuple[float, ...], repeats_ns: tuple[float, ...], flagged: bool) -> None:
+    problem = guards.stream_join_problem(tails_ns, repeats_ns)
+    assert (problem is not None) == flagged
+    assert problem is None or problem.startswith("[rule stream-join]")
+
+
+def test_stream_join_applies_to_drained_cuda_timings_only() -> None:
+    side_stream = FakeTimer((6e6,), (5e6,), kind="cuda-events")
+    assert _bench(torch.geqrf, timer=side_stream).message.startswith("[rule stream-join]")
+    assert _bench(torch.geqrf, COMPAT, timer=FakeTimer((6e6,), (5e6,), kind="cuda-events")).passed
+    assert _bench(torch.geqrf, timer=FakeTimer((6e6,), (5e6,))).passed
+
+
+def test_physical_floor() -> None:
+    floor = PhysicalFloor(bytes_per_s=1e12, flops_per_s=1e15)
+    case = Case(640, 512, 2, 1)
+    # 671 MB of input at 1 TB/s (0.67 ms) beats 0.11 TFLOP at 1 PFLOP/s; halved for slack.
+    assert floor.floor_ns(case.flops, case.input_bytes) == pytest.approx(case.input_bytes / 1e12 * 1e9 / 2)
+    assert floor.problem(100e3, case.flops, case.input_bytes).startswith("[rule physical-floor]")
+    assert floor.problem(1e6, case.flops, case.input_bytes) is None
+
+
+def test_physical_floor_judges_the_case_mean() -> None:
+    floor = PhysicalFloor(bytes_per_s=1e6, flops_per_s=1e9)  # a very slow device: CASE needs ~0.3 ms
+    fast = FakeTimer((1e3,))
+    assert _bench(torch.geqrf, timer=fast, floor=floor).message.startswith("[rule physical-floor]")
+    assert _bench(torch.geqrf, COMPAT, timer=FakeTimer((1e3,)), floor=floor).passed
+    assert _bench(torch.geqrf, timer=FakeTimer((1e7,)), floor=floor).passed
+
+
+# ---- tripwire -----------------------------------------------------------------------------------
+
+def _patch(owner: object, name: str, value: object) -> Callable[[], None]:
+    def apply() -> None:
+        setattr(owner, name, value)
+    return apply
+
+
+def _install_signal() -> None:
+    signal.signal(signal.SIGUSR1, lambda *args: None)
+
+
+@pytest.mark.parametrize(("tamper", "named"), [
+    (_patch(time, "perf_counter_ns", lambda: 0), "time.perf_counter_ns"),
+    (_patch(torch.cuda, "synchronize", lambda device=None: None), "torch.cuda.synchronize"),
+    (_patch(reference.checker, "_gated", None), "reference.checker._gated"),
+    (_patch(torch.linalg, "householder_product", None), "torch.linalg.householder_product"),
+    (_patch(evaluator.stats, "sum", lambda values: 0.0), "evaluator.stats.sum (added)"),
+    (_patch(torch.Tensor, "double", lambda self: self), "torch.Tensor.double (added)"),
+    (lambda: sys.setprofile(lambda *args: None), "sys.setprofile"),
+    (lambda: gc.callbacks.append(lambda *args: None), "gc.callbacks"),
+    (_install_signal, "signal handlers"),
+    (lambda: sys.addaudithook(lambda *args: None), "sys.addaudithook (refused)"),
+])
+def test_tripwire_names_and_undoes_tampering(tamper: Callable[[], None], named: str) -> None:
+    tripwire = Tripwire()
+    before = (time.perf_counter_ns, torch.cuda.synchronize, reference.checker._gated,
+              torch.linalg.householder_product, torch.Tensor.double, list(gc.callbacks))
+    tamper()
+    problem = tripwire.problem()
+    assert problem is not None
+    assert problem.startswith("[rule tamper]")
+    assert named in problem
+    after = (time.perf_counter_ns, torch.cuda.synchronize, reference.checker._gated,
+             torch.linalg.householder_product, torch.Tensor.double, list(gc.callbacks))
+    assert after == before
+    assert not hasattr(evaluator.stats, "sum")
+    assert sys.getprofile() is None
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    assert tripwire.problem() is None
+
+
+def test_tripwire_ignores_what_torch_compile_changes() -> None:
+    """torch.compile rewraps torch.manual_seed, which the evaluator never calls."""
+    tripwire = Tripwire()
+    compiled = torch.compile(lambda x: (x @ x).sin(), backend="eager")
+    compiled(torch.randn(4, 4))
+    assert tripwire.problem() is None
+
+
+# ---- idle threads -------------------------------------------------------------------------------
+
+def _windows(watch: ThreadWatch, n: int, between: Callable[[], None] = lambda: time.sleep(0.01)) -> None:
+    for _ in range(n):
+        watch.open()
+        between()
+        watch.close()
+
+
+def test_idle_pool_threads_are_fine_busy_ones_are_not() -> None:
+    with ThreadPoolExecutor(2) as pool:
+        pool.submit(sum, [1, 2]).result()
+        idle = ThreadWatch()
+        _windows(idle, 4)
+        assert idle.problem() is None
+
+    stop = threading.Event()
+    busy = threading.Thread(target=lambda: [None for _ in iter(lambda: stop.wait(0.0005), True)], name="poller")
+    busy.start()
+    try:
+        watch = ThreadWatch()
+        _windows(watch, 1)
+        assert watch.problem() is None  # one window proves nothing
+        _windows(watch, 3)
+        assert watch.problem().startswith("[rule idle-threads]")
+        assert "poller" in watch.problem()
+    finally:
+        stop.set()
+        busy.join()
+
+
+def test_a_thread_that_ends_between_calls_ran() -> None:
+    watch = ThreadWatch()
+    for _ in range(3):
+        thread = threading.Thread(target=time.sleep, args=(0.005,))
+        thread.start()
+        _windows(watch, 1, thread.join)
+    assert watch.busy == 3
+    assert watch.problem() is not None
+
+
+def test_windows_pause_the_collector_and_finish_restores_it() -> None:
+    watch = ThreadWatch()
+    watch.open()
+    assert not gc.isenabled()
+    watch.close()
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 0
+    watch.finish()
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+
+
+# ---- honest kernels are never flagged -----------------------------------------------------------
+
+def _pooled() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    pool: list[ThreadPoolExecutor] = []
+
+    def kernel(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not pool:
+            pool.append(ThreadPoolExecutor(2))  # made in the first call, kept (as torch.compile does)
+        parts = list(pool[0].map(torch.geqrf, a.split(1)))
+        return torch.cat([h for h, _ in parts]), torch.cat([tau for _, tau in parts])
+
+    return kernel
+
+
+def _joined_thread(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    box: list[tuple[torch.Tensor, torch.Tensor]] = []
+    worker = threading.Thread(target=lambda: box.append(torch.geqrf(a)))
+    worker.start()
+    worker.join()
+    return box[0]
+
+
+def _named_pair(a: torch.Tensor) -> object:
+    return namedtuple("QR", "h tau")(*torch.geqrf(a))
+
+
+def _strided(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h, tau = torch.geqrf(a.mT.contiguous().mT)
+    return h.mT.contiguous().mT, tau
+
+
+def _compiled() -> Callable[[torch.Tensor], object]:
+    return torch.compile(torch.geqrf, backend="eager")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.geqrf, _pooled, lambda: _joined_thread, lambda: _named_pair, lambda: _strided, _compiled,
+])
+def test_honest_kernels_pass_every_rule(make: Callable[[], Callable[[torch.Tensor], object]]) -> None:
+    kernel = make()
+    floor = PhysicalFloor(bytes_per_s=1e15, flops_per_s=1e18)
+    assert run_test_case(Harness(kernel, CpuClockTimer()), 0, CASE).passed
+    result = _bench(kernel, timing=TWO_INPUTS, repeats=4, floor=floor)
+    assert result.passed, result.message
+
+
+def test_a_kernel_that_raises_is_an_error_not_a_rule() -> None:
+    def raises(a: torch.Tensor) -> object:
+        raise RuntimeError("boom")
+
+    result = _bench(raises)
+    assert result.status == "error"
+    assert "boom" in result.message
+    assert gc.isenabled()  # the idle-threads window was closed on the way out
+
+
+def test_hardening_compat_is_all_off() -> None:
+    assert COMPAT.is_compat
+    assert not Hardening().is_compat
+    assert replace(Hardening(), fresh_inputs=False) != COMPAT
