@@ -192,11 +192,8 @@ class _Inputs:
 class _Calls:
     """One timed repeat's calls, as the timer runs them: one call per input, in order.
 
-    With a :class:`ThreadWatch` (hardened), the run also bounds the idle-threads windows
-    (closed just before the first call, opened just after the last) and drops the previous
-    repeat's outputs inside the timed region: they are the kernel's objects, and finalizers it
-    attached to them must run on the clock, not while the evaluator makes the next inputs.
-    Without one, the loop drops them before the repeat starts, as the contest does.
+    With a :class:`ThreadWatch` (hardened), the run also bounds the idle-threads windows:
+    closed just before the first call, opened just after the last.
     """
 
     def __init__(self, h: Harness, inputs: _Inputs, watch: ThreadWatch | None) -> None:
@@ -208,7 +205,6 @@ class _Calls:
     def __call__(self) -> list[object]:
         if self.watch is not None:
             self.watch.close()
-            self.outputs = []
         self.outputs = [self.h.kernel(t) for t in self.inputs.handed]
         if self.watch is not None:
             self.watch.open()
@@ -318,12 +314,15 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, settings: BenchSetti
     measurements: list[Measurement] = []
     started_ns = h.clock()
     for repeat in range(settings.max_repeats):
-        if watch is None:
-            calls.outputs = []
         inputs.refresh()
         measurement = h.timer.time(calls)[0]  # the outputs live on in calls.outputs only
         measurements.append(measurement)
         message = _repeat_problem(h, inputs, calls.outputs, settings.recheck)
+        # Checked: drop the kernel's objects now, before the next inputs are made, as the contest
+        # does. Finalizers the kernel attached to them run here; whatever they install, the
+        # tripwire finds before the next inputs exist.
+        calls.outputs = []
+        message = message or h.tamper_problem() or ""
         if message:
             return measurements, message
         elapsed_s = (h.clock() - started_ns) / 1e9

@@ -7,6 +7,9 @@ hardened default must close each hole without ever flagging an honest kernel.
 from __future__ import annotations
 
 import gc
+import json
+import os
+import re
 import signal
 import sys
 import threading
@@ -16,6 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from itertools import cycle
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -24,6 +28,7 @@ import torch
 import evaluator.stats
 import reference.checker
 from evaluator import guards
+from evaluator.channel import ChannelError, Reader, Writer, new_key
 from evaluator.guards import Hardening, PhysicalFloor
 from evaluator.protocol import BenchSettings, Harness, benchmark_case
 from evaluator.protocol import test_case as run_test_case
@@ -399,3 +404,41 @@ def test_hardening_compat_is_all_off() -> None:
     assert COMPAT.is_compat
     assert not Hardening().is_compat
     assert replace(Hardening(), fresh_inputs=False) != COMPAT
+
+
+# ---- result channel -----------------------------------------------------------------------------
+
+def test_channel_accepts_only_signed_lines_in_order() -> None:
+    read_fd, write_fd = os.pipe()
+    key = new_key()
+    writer = Writer(write_fd, key)
+    for i in range(3):
+        writer.send({"event": "case", "i": i})
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        lines = pipe.read().splitlines()
+    reader = Reader(key)
+    assert [reader.decode(line)["i"] for line in lines] == [0, 1, 2]
+    with pytest.raises(ChannelError, match="authentication"):
+        Reader(new_key()).decode(lines[0])  # signed with another run's key
+    replay = Reader(key)
+    replay.decode(lines[0])
+    with pytest.raises(ChannelError, match="arrived where 1 was due"):
+        replay.decode(lines[0])
+    forged = json.loads(lines[1])
+    forged["body"] = forged["body"].replace('"i":1', '"i":9')
+    with pytest.raises(ChannelError, match="authentication"):
+        replay.decode(json.dumps(forged).encode())
+    with pytest.raises(ChannelError, match="malformed"):
+        replay.decode(b"check: pass")
+
+
+def test_docs_table_names_every_rule_and_only_real_tests() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "hardening.md").read_text()
+    for rule in guards.RULES:
+        assert f"| `{rule}` |" in doc
+    modules = {"E": Path(__file__).parent / "test_exploits.py", "P": Path(__file__)}
+    for prefix, path in modules.items():
+        source = path.read_text()
+        for name in set(re.findall(rf"\b{prefix}::(\w+)", doc)):
+            assert f"def {name}(" in source, f"docs/hardening.md cites {prefix}::{name}, which does not exist"
