@@ -3,8 +3,8 @@ Cholesky recursion on their own, the output contract, and an sm_90 compile of ev
 
 Without CUDA the kernels run under the Triton interpreter on the CPU (the same kernels, numpy
 underneath), so the variable is set before anything imports triton; with CUDA the same tests run
-compiled, plus the qr_v2 benchmark shapes. ``Plan(leaf=16)`` makes small matrices take the recursive
-paths that large ones take with the default plan.
+compiled, plus the qr_v2 benchmark shapes. ``PLAN16`` makes small matrices take the recursive paths
+that large ones take with the default plan; by default n <= 32 first tries the one-kernel path.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import triton  # noqa: E402
 import reference_kernels.cholesky_orhr.kernels as kernels  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: E402
-from reference_kernels.cholesky_orhr.cholqr import cholesky_inverse, orthogonality_loss  # noqa: E402
+from reference_kernels.cholesky_orhr.cholqr import cholesky_inverse, orthogonality_loss, tight_loss  # noqa: E402
 from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20
 EPS32 = torch.finfo(torch.float32).eps
-PLAN16 = Plan(leaf=16)
+PLAN16 = Plan(leaf=16, whole_max=0)  # the recursive paths, also at n <= 32
 
 
 def _check(a: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -63,6 +63,28 @@ def test_every_case_passes(case: str) -> None:
 def test_tiny_sizes(n: int, case: str) -> None:
     a = generate_input(3, n, 1, 4200 + n, case)
     _check(a, qr(a))
+
+
+@pytest.mark.parametrize("case", ["dense", "mixed", "nearcollinear", "rowscale"])
+def test_whole_matrix_path(case: str) -> None:
+    """n <= 32 tries the one-kernel path first (what it declines takes the usual routes)."""
+    a = generate_input(3, 32, 2, 4250, case)
+    _check(a, qr(a))
+
+
+def test_whole_matrix_kernel_declines_what_one_pass_cannot_do() -> None:
+    n = 24
+    a = generate_input(4, n, 1, 4260, "dense")
+    a[1, :, 18:] = 0.0  # zero columns
+    a[2] = torch.triu(a[2])  # nothing below the diagonal
+    a[3, :, 9] = a[3, :, 4]  # exactly dependent columns
+    h = torch.full_like(a, 7.0)
+    tau = torch.full((4, n), 7.0, device=a.device)
+    done = kernels.whole_qr(a, h, tau, tight_loss(n))
+    assert done.tolist() == [True, False, False, False]
+    assert torch.all(h[1:] == 7.0)
+    assert torch.all(tau[1:] == 7.0)
+    _check(a[:1], (h[:1], tau[:1]))
 
 
 def test_mixed_at_default_plan() -> None:
@@ -242,6 +264,12 @@ _LAUNCHES = [
             kernels._warps(tile),
         )
         for tile in (16, 32, 64)
+    ),
+    *(
+        (kernels._whole_kernel,
+         {"a": "*fp32", "h": "*fp32", "tau": "*fp32", "done": "*i8", "n": "i32", "tight": "fp32"},
+         {"BLOCK": tile}, kernels._warps(tile))
+        for tile in (16, 32)
     ),
     (kernels._classify_kernel, {"a": "*fp32", "nonzero": "*i8", "below": "*i8", "n": "i32"},
      {"BLOCK_R": 64, "BLOCK_C": 32}, 4),

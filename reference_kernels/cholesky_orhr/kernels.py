@@ -6,7 +6,9 @@ is a batched matrix product in ``cholqr.py`` / ``orhr.py``; what is left for Tri
 - ``classify``: per column, "any non-zero at all" and "any non-zero below the diagonal" (routing);
 - ``cholesky_block``: Cholesky factor and its inverse of one diagonal block (a recursion leaf);
 - ``lu_block``: the ORHR sign-choosing LU of one diagonal block, with both triangular inverses;
-- ``assemble``: H = strict-lower(V) + S R and tau, scattered into the output batch.
+- ``assemble``: H = strict-lower(V) + S R and tau, scattered into the output batch;
+- ``whole_qr``: for n <= 32, all of the above for one matrix in one program (products by FP64
+  ``tl.dot``), which removes the launches and host synchronisations that dominate small problems.
 
 Leaf tiles live in registers and are worked on in FP64 whatever the storage type: a leaf is at most
 64 x 64, so the extra register pressure is small and its pivots and inverses come out correctly
@@ -23,14 +25,18 @@ import triton.language as tl
 __all__ = [
     "DEFAULT_LEAF",
     "MAX_LEAF",
+    "MAX_WHOLE",
     "assemble",
     "cholesky_block",
     "classify",
     "lu_block",
+    "whole_qr",
 ]
 
-# Widest diagonal block a leaf kernel holds (three 64 x 64 FP64 tiles in registers at 8 warps).
+# Widest diagonal block a leaf kernel holds (a few 64 x 64 FP64 tiles in registers at 8 warps).
 MAX_LEAF = 64
+# Largest n the whole-matrix kernel takes (a handful of 32 x 32 FP64 tiles at 4 warps).
+MAX_WHOLE = 32
 # Default leaf: 32 x 32 FP64 tiles need four warps and no spills, so several programs share an SM
 # and the column-by-column latency of one matrix overlaps that of others.
 DEFAULT_LEAF = 32
@@ -90,27 +96,22 @@ def classify(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Cholesky leaf: G = R^T R for one diagonal block, and R^-1.
+# Register sweeps shared by the leaves and the whole-matrix kernel.
 
 
-@triton.jit(do_not_specialize=["off", "kb"])
-def _cholesky_kernel(g, x, info, off, mat_stride, row_stride, kb, BLOCK: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
-    rows = tl.arange(0, BLOCK)
-    cols = tl.arange(0, BLOCK)
+@triton.jit
+def _cholesky_sweep(t, rows, cols, kb):
+    """(R, R^-1, failed) for the symmetric FP64 tile ``t`` = R^T R (identity past ``kb``).
+
+    G = L D L^T by elimination; the same row operations applied to E = I leave E = L^-1, so that
+    R = D^1/2 L^T and R^-1 = E^T D^-1/2 come out of one sweep. ``failed`` is 1 when a pivot was not
+    positive (the sweep carries on with pivot 1; its results are then meaningless).
+    """
     r2 = rows[:, None]
     c2 = cols[None, :]
-    inside = (r2 < kb) & (c2 < kb)
-    eye = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
-    base = off + pid * mat_stride
-    # Only the upper triangle is trusted (products leave the two halves a few ulps apart): mirror it.
-    upper = tl.load(g + base + r2 * row_stride + c2, mask=inside & (r2 <= c2), other=0.0)
-    mirror = tl.load(g + base + c2 * row_stride + r2, mask=inside & (r2 > c2), other=0.0)
-    t = tl.where(inside, (upper + mirror).to(tl.float64), eye)
-    # G = L D L^T by elimination; the same row operations on E = I leave E = L^-1, so that
-    # R = D^1/2 L^T (written row by row) and R^-1 = E^T D^-1/2 come out of one sweep.
-    e = eye
-    rsqrt_d = tl.full([BLOCK], 1.0, dtype=tl.float64)
+    e = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
+    r = e
+    rsqrt_d = tl.full([t.shape[0]], 1.0, dtype=tl.float64)
     failed = tl.zeros([], dtype=tl.int32)
     j = 0
     while j < kb:
@@ -125,11 +126,78 @@ def _cholesky_kernel(g, x, info, off, mat_stride, row_stride, kb, BLOCK: tl.cons
         mult = tl.where(rows > j, col / pivot, 0.0)
         t = t - mult[:, None] * tl.where(cols > j, row, 0.0)[None, :]
         e = e - mult[:, None] * e_row[None, :]
-        r_row = tl.where(cols >= j, row * scale, 0.0)
-        tl.store(g + base + j * row_stride + cols, r_row.to(g.dtype.element_ty), mask=cols < kb)
+        r = tl.where(r2 == j, tl.where(cols >= j, row * scale, 0.0)[None, :], r)
         rsqrt_d = tl.where(cols == j, scale, rsqrt_d)
         j += 1
-    inv = tl.trans(e) * rsqrt_d[None, :]
+    return r, tl.trans(e) * rsqrt_d[None, :], failed
+
+
+@triton.jit
+def _lu_sweep(t, rows, cols, kb, zero_last, INVERSES: tl.constexpr):
+    """ORHR LU of the FP64 tile ``t`` (identity past ``kb``): (LU, L^-1, U^-1, tau, s).
+
+    With d_j the running diagonal, s_j = -sign(d_j) makes |U_jj| = 1 + |d_j| >= 1 and tau_j =
+    -U_jj s_j = 1 + |d_j|. The last column of a square Q needs no reflector (d is +-1 there): with
+    ``zero_last`` it takes s = sign(d), so U_jj ~ 0 and tau = 0 as geqrf has it; its pivot is
+    recorded as 1, since nothing below it is ever divided. LU holds L strictly below the diagonal
+    and U on and above it. With ``INVERSES``, the row operations of the elimination applied to
+    E = I leave E = L^-1, and the column operations that reduce U to its diagonal, applied to F = I,
+    leave F = (D^-1 U)^-1, so U^-1 = F D^-1; without, both come back as the identity.
+    """
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    e = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
+    f = e
+    lu = e
+    inv_pivots = tl.full([t.shape[0]], 1.0, dtype=tl.float64)
+    taus = tl.zeros([t.shape[0]], dtype=tl.float64)
+    signs = tl.zeros([t.shape[0]], dtype=tl.float64)
+    j = 0
+    while j < kb:
+        row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
+        col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
+        d = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
+        last = (zero_last != 0) & (j == kb - 1)
+        s = tl.where(d >= 0.0, -1.0, 1.0)
+        s = tl.where(last, -s, s)
+        u_jj = d - s
+        pivot = tl.where(last, 1.0, u_jj)
+        l_col = tl.where(rows > j, col / pivot, 0.0)
+        u_row = tl.where(cols > j, row, 0.0)
+        t = t - l_col[:, None] * u_row[None, :]
+        if INVERSES:
+            e_row = tl.sum(tl.where(r2 == j, e, 0.0), axis=0)
+            f_col = tl.sum(tl.where(c2 == j, f, 0.0), axis=1)
+            e = e - l_col[:, None] * e_row[None, :]
+            f = f - f_col[:, None] * (u_row / pivot)[None, :]
+        lu = tl.where(c2 == j, tl.where(r2 > j, l_col[:, None], lu), lu)
+        lu = tl.where(r2 == j, tl.where(c2 == j, pivot, tl.where(c2 > j, u_row[None, :], lu)), lu)
+        inv_pivots = tl.where(cols == j, 1.0 / pivot, inv_pivots)
+        taus = tl.where(cols == j, tl.where(last, 0.0, -u_jj * s), taus)
+        signs = tl.where(cols == j, s, signs)
+        j += 1
+    return lu, e, f * inv_pivots[None, :], taus, signs
+
+
+# ---------------------------------------------------------------------------------------------
+# Cholesky leaf: G = R^T R for one diagonal block, and R^-1.
+
+
+@triton.jit(do_not_specialize=["off", "kb"])
+def _cholesky_kernel(g, x, info, off, mat_stride, row_stride, kb, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    inside = (r2 < kb) & (c2 < kb)
+    base = off + pid * mat_stride
+    # Only the upper triangle is trusted (products leave the two halves a few ulps apart): mirror it.
+    upper = tl.load(g + base + r2 * row_stride + c2, mask=inside & (r2 <= c2), other=0.0)
+    mirror = tl.load(g + base + c2 * row_stride + r2, mask=inside & (r2 > c2), other=0.0)
+    t = tl.where(inside, (upper + mirror).to(tl.float64), tl.where(r2 == c2, 1.0, 0.0))
+    r, inv, failed = _cholesky_sweep(t, rows, cols, kb)
+    tl.store(g + base + r2 * row_stride + c2, r.to(g.dtype.element_ty), mask=inside)
     tl.store(x + base + r2 * row_stride + c2, inv.to(x.dtype.element_ty), mask=inside)
     tl.store(info + pid, failed, mask=failed > 0)
 
@@ -168,45 +236,12 @@ def _lu_kernel(
     r2 = rows[:, None]
     c2 = cols[None, :]
     inside = (r2 < kb) & (c2 < kb)
-    eye = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
     base = off + pid * mat_stride
-    t = tl.where(inside, tl.load(w + base + r2 * row_stride + c2, mask=inside, other=0.0).to(tl.float64), eye)
-    # Row operations of the elimination applied to E = I leave E = L^-1; the column operations
-    # that reduce U to its diagonal, applied to F = I, leave F = (D^-1 U)^-1, so U^-1 = F D^-1.
-    # L and U go to memory a column and a row per step.
-    e = eye
-    f = eye
-    inv_pivots = tl.full([BLOCK], 1.0, dtype=tl.float64)
-    taus = tl.zeros([BLOCK], dtype=tl.float64)
-    signs = tl.zeros([BLOCK], dtype=tl.float64)
-    j = 0
-    while j < kb:
-        row = tl.sum(tl.where(r2 == j, t, 0.0), axis=0)
-        col = tl.sum(tl.where(c2 == j, t, 0.0), axis=1)
-        e_row = tl.sum(tl.where(r2 == j, e, 0.0), axis=0)
-        f_col = tl.sum(tl.where(c2 == j, f, 0.0), axis=1)
-        d = tl.sum(tl.where(cols == j, row, 0.0), axis=0)
-        # s = -sign(d) makes |U_jj| = 1 + |d| >= 1. The last column of a square Q needs no
-        # reflector (d is +-1 there): s = sign(d) gives U_jj ~ 0 and tau = 0, as geqrf has it.
-        last = (zero_last != 0) & (j == kb - 1)
-        s = tl.where(d >= 0.0, -1.0, 1.0)
-        s = tl.where(last, -s, s)
-        u_jj = d - s
-        pivot = tl.where(last, 1.0, u_jj)  # nothing below the last pivot is ever divided
-        l_col = tl.where(rows > j, col / pivot, 0.0)
-        u_row = tl.where(cols > j, row, 0.0)
-        t = t - l_col[:, None] * u_row[None, :]
-        e = e - l_col[:, None] * e_row[None, :]
-        f = f - f_col[:, None] * (u_row / pivot)[None, :]
-        u_out = tl.where(cols == j, pivot, u_row)
-        tl.store(w + base + j * row_stride + cols, u_out.to(w.dtype.element_ty), mask=(cols >= j) & (cols < kb))
-        tl.store(w + base + rows * row_stride + j, l_col.to(w.dtype.element_ty), mask=(rows > j) & (rows < kb))
-        inv_pivots = tl.where(cols == j, 1.0 / pivot, inv_pivots)
-        taus = tl.where(cols == j, tl.where(last, 0.0, -u_jj * s), taus)
-        signs = tl.where(cols == j, s, signs)
-        j += 1
-    u_inv = f * inv_pivots[None, :]
-    tl.store(linv + off + pid * linv_mat_stride + r2 * row_stride + c2, e.to(linv.dtype.element_ty), mask=inside)
+    t = tl.load(w + base + r2 * row_stride + c2, mask=inside, other=0.0).to(tl.float64)
+    t = tl.where(inside, t, tl.where(r2 == c2, 1.0, 0.0))
+    lu, l_inv, u_inv, taus, signs = _lu_sweep(t, rows, cols, kb, zero_last, INVERSES=True)
+    tl.store(w + base + r2 * row_stride + c2, lu.to(w.dtype.element_ty), mask=inside)
+    tl.store(linv + off + pid * linv_mat_stride + r2 * row_stride + c2, l_inv.to(linv.dtype.element_ty), mask=inside)
     tl.store(uinv + pid * kb * kb + r2 * kb + c2, u_inv.to(uinv.dtype.element_ty), mask=inside)
     vec = vec_off + pid * vec_stride + cols
     tl.store(tau + vec, taus.to(tau.dtype.element_ty), mask=cols < kb)
@@ -216,12 +251,10 @@ def _lu_kernel(
 def lu_block(
     w: torch.Tensor, linv: torch.Tensor, tau: torch.Tensor, sign: torch.Tensor, lo: int, kb: int, zero_last: bool
 ) -> torch.Tensor:
-    """ORHR LU of the diagonal block [lo, lo+kb) of every matrix of ``w`` (b x m x k), in place.
-
-    With d_j the running diagonal and s_j = -sign(d_j): the block becomes L (strictly below the
-    diagonal, unit diagonal implied) and U (on and above it, U_jj = d_j - s_j); ``tau[:, lo+j]``
-    gets 1 + |d_j| and ``sign[:, lo+j]`` gets s_j. With ``zero_last`` the block's last column
-    takes s = sign(d) and tau = 0 (the last column of a square matrix). The block of ``linv``
+    """ORHR LU (see ``_lu_sweep``) of the diagonal block [lo, lo+kb) of every matrix of ``w``
+    (b x m x k), in place: the block becomes L (strictly below the diagonal, unit diagonal implied)
+    and U (on and above it); ``tau[:, lo+j]`` and ``sign[:, lo+j]`` get tau_j and s_j; with
+    ``zero_last`` the block's last column is the last of a square matrix. The block of ``linv``
     (same layout as ``w``, b x k x k) gets L^-1; the returned b x kb x kb tensor holds U^-1.
     """
     _check_whole(w, linv, tau, sign)
@@ -238,6 +271,54 @@ def lu_block(
         BLOCK=tile, num_warps=_warps(tile),
     )
     return uinv
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole small matrices: the full algorithm in one program per matrix.
+
+
+@triton.jit
+def _whole_kernel(a, h, tau, done, n, tight, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    inside = (r2 < n) & (c2 < n)
+    eye = tl.where(r2 == c2, 1.0, 0.0).to(tl.float64)
+    x = tl.load(a + pid * n * n + r2 * n + c2, mask=inside, other=0.0).to(tl.float64)
+    # The Gram route's preconditions (else the general path routes the matrix): something below
+    # the diagonal, and no zero column.
+    nonzero = tl.where(x != 0.0, 1, 0)
+    lower = tl.max(tl.max(tl.where(r2 > c2, nonzero, 0), axis=1), axis=0)
+    empty_column = tl.max(tl.where((cols < n) & (tl.max(nonzero, axis=0) == 0), 1, 0), axis=0)
+    x = tl.where(inside, x, eye)  # identity padding: the padded matrix is diag(A, I)
+    # One FP64 CholeskyQR pass and the exact loss of orthogonality ||Q^T Q - I||_F.
+    r, r_inv, failed = _cholesky_sweep(tl.dot(tl.trans(x), x, input_precision="ieee"), rows, cols, n)
+    q = tl.dot(x, r_inv, input_precision="ieee")
+    loss = tl.dot(tl.trans(q), q, input_precision="ieee") - eye
+    loss = tl.sqrt(tl.sum(tl.sum(tl.where(inside, loss * loss, 0.0), axis=1), axis=0))
+    ok = (lower > 0) & (empty_column == 0) & (failed == 0) & (loss <= tight)  # NaN loss: not ok
+    lu, _, _, taus, signs = _lu_sweep(q, rows, cols, n, 1, INVERSES=False)
+    out = tl.where(r2 > c2, lu, signs[:, None] * r)
+    tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=inside & ok)
+    tl.store(tau + pid * n + cols, taus.to(tau.dtype.element_ty), mask=(cols < n) & ok)
+    tl.store(done + pid, tl.where(ok, 1, 0).to(tl.int8))
+
+
+def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) -> torch.Tensor:
+    """The whole algorithm for each small matrix of ``a`` (b x n x n, n <= ``MAX_WHOLE``) in one
+    program: FP64 CholeskyQR, ORHR, H and tau written to ``h``/``tau``, but only where the matrix has
+    something below its diagonal, no zero column, a successful Cholesky and ||Q^T Q - I||_F <=
+    ``tight``. Returns the b bool flags of the matrices done; the others are left untouched."""
+    batch, n, _ = a.shape
+    if n > MAX_WHOLE:
+        raise ValueError(f"whole-matrix kernel takes n <= {MAX_WHOLE}, got {n}")
+    _check_whole(a, h, tau)
+    done = torch.empty(batch, dtype=torch.int8, device=a.device)
+    tile = _tile(n)
+    _whole_kernel[(batch,)](a, h, tau, done, n, tight, BLOCK=tile, num_warps=_warps(tile))
+    return done.bool()
 
 
 # ---------------------------------------------------------------------------------------------

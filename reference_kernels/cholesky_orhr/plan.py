@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF
+from reference_kernels.cholesky_orhr.kernels import DEFAULT_LEAF, MAX_LEAF, MAX_WHOLE
 from reference_kernels.cholesky_orhr.products import BLOCK
 
 __all__ = ["DEFAULT_PLAN", "Plan", "default_plan"]
@@ -18,16 +18,20 @@ _HOST_BOUND_WORK = 1e10
 class Plan:
     """- ``leaf``: width of the diagonal blocks the Triton kernels factor (Cholesky and LU leaves).
     - ``block``: narrowest operand the block-skipping products of ``products.py`` still split.
+    - ``whole_max``: matrices with n <= whole_max first try the one-kernel path (0: never).
     """
 
     leaf: int = DEFAULT_LEAF
     block: int = BLOCK
+    whole_max: int = MAX_WHOLE
 
     def __post_init__(self) -> None:
         if not 1 <= self.leaf <= MAX_LEAF:
             raise ValueError(f"leaf must be in [1, {MAX_LEAF}], got {self.leaf}")
         if self.block < 1:
             raise ValueError(f"block must be positive, got {self.block}")
+        if not 0 <= self.whole_max <= MAX_WHOLE:
+            raise ValueError(f"whole_max must be in [0, {MAX_WHOLE}], got {self.whole_max}")
 
 
 DEFAULT_PLAN = Plan()

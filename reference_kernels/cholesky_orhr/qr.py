@@ -11,8 +11,11 @@ Every matrix is routed on its own structure and its own numbers:
 - ``FALLBACK``: blocked Householder QR, for a zero column followed by non-zero ones, and for
   matrices whose CholeskyQR broke down or failed the accuracy test (nearrank: kappa ~ 1e8).
 
-Matrices of one route and width are processed as one batch. The routing decisions synchronise
-with the host a few times per call; all work is on the current stream and complete on return.
+Matrices of one route and width are processed as one batch. Small matrices (n <= ``Plan.whole_max``)
+first try the whole algorithm in one kernel (``kernels.whole_qr``: one FP64 CholeskyQR pass, the
+exact orthogonality test, ORHR); only those it declines take the routes above. The routing
+decisions synchronise with the host a few times per call; all work is on the current stream and
+complete on return.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from enum import IntEnum
 import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
-from reference_kernels.cholesky_orhr.cholqr import cholesky_qr
-from reference_kernels.cholesky_orhr.kernels import assemble, classify
+from reference_kernels.cholesky_orhr.cholqr import cholesky_qr, tight_loss
+from reference_kernels.cholesky_orhr.kernels import assemble, classify, whole_qr
 from reference_kernels.cholesky_orhr.orhr import orhr
 from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 
@@ -86,28 +89,34 @@ def _cholesky_orhr(
     return [i for i in index if i not in done_set]
 
 
-def _factor(a: torch.Tensor, plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor) -> None:
-    """Route every matrix of ``a`` and write its factors into ``h``, ``tau`` and its route into ``routes``."""
-    triangular, gap, width = _structure(a)
+def _route(
+    a: torch.Tensor, rows: list[int], plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
+) -> None:
+    """Route matrices ``rows`` of ``a`` by structure and numbers; write their factors into ``h`` and
+    ``tau`` and their routes into ``routes``."""
+    sub = a if len(rows) == a.shape[0] else a[torch.tensor(rows, device=a.device)]
+    triangular, gap, width = _structure(sub)
     groups: dict[int, list[int]] = {}
     fallback: list[int] = []
-    for i in range(a.shape[0]):
+    upper: list[int] = []
+    for i, row in enumerate(rows):
         if triangular[i]:
-            routes[i] = Route.TRIANGULAR
+            upper.append(row)
         elif gap[i]:
-            fallback.append(i)
+            fallback.append(row)
         else:
-            groups.setdefault(width[i], []).append(i)
+            groups.setdefault(width[i], []).append(row)
     for k, index in groups.items():
         fallback += _cholesky_orhr(a, index, k, plan, h, tau, routes)
     if fallback:
-        rows = torch.tensor(sorted(fallback), device=a.device)
+        index = torch.tensor(sorted(fallback), device=a.device)
         # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
-        h[rows], tau[rows] = blocked_wy_qr(a[rows], graph=False)
-    upper = torch.nonzero(routes == Route.TRIANGULAR).flatten().to(a.device)
-    if upper.numel() > 0:
-        h[upper] = a[upper]
-        tau[upper] = 0.0
+        h[index], tau[index] = blocked_wy_qr(a[index], graph=False)
+    if upper:
+        routes[upper] = Route.TRIANGULAR
+        index = torch.tensor(upper, device=a.device)
+        h[index] = a[index]
+        tau[index] = 0.0
 
 
 def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -116,12 +125,20 @@ def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, 
         raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
     a = a.contiguous()
     batch, n, _ = a.shape
+    plan = plan or default_plan(batch, n)
     h = torch.empty_like(a)
     tau = torch.empty((batch, n), dtype=a.dtype, device=a.device)
     routes = torch.full((batch,), int(Route.FALLBACK), dtype=torch.int8)
-    if a.numel() > 0:
-        with _call_state(a.device):
-            _factor(a, plan or default_plan(batch, n), h, tau, routes)
+    if a.numel() == 0:
+        return h, tau, routes
+    with _call_state(a.device):
+        rows = list(range(batch))
+        if n <= plan.whole_max:
+            done = whole_qr(a, h, tau, tight_loss(n)).cpu()
+            routes[done] = Route.CHOLESKY
+            rows = torch.nonzero(~done).flatten().tolist()
+        if rows:
+            _route(a, rows, plan, h, tau, routes)
     return h, tau, routes
 
 
