@@ -1,11 +1,12 @@
 """GPU development loop for cholesky_orhr's knobs: routes, residuals, timings and where the time goes.
 
-    python benchmarks/orhr_dev.py [--cases 640x512,4096] [--leaf 32,64] [--block 256] [--repeats 5]
-                                  [--no-breakdown] [--budget-s 170]
+    python benchmarks/orhr_dev.py [--cases 640x512,4096] [--leaf 32,64] [--block 256] [--whole-max 32]
+                                  [--repeats 5] [--no-breakdown] [--budget-s 170]
 
 1. FP32 / FP64 batched-product throughput at the benchmark shapes (the FP64 first pass assumes
    cuBLAS DGEMM runs near FP32 speed on this GPU).
-2. For every plan (``auto``: qr's default per shape, then each ``--leaf`` x ``--block``) and case of
+2. For every plan (``auto``: qr's default per shape, then each ``--leaf`` x ``--block`` x
+   ``--whole-max``) and case of
    ``shapes/qr_v2.yaml``: the checker's scaled residuals, how many matrices took each route, and
    the median time of one call (L2 flushed before each, as ``kernel_dev.py`` times).
 3. For ``auto``, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
@@ -89,11 +90,13 @@ def product_rates(log: Log) -> None:
 
 
 def plans(args: argparse.Namespace) -> dict[str, Plan | None]:
-    """``auto`` (qr's own choice per shape, ``default_plan``) and every ``--leaf`` x ``--block``."""
-    leaves = [int(v) for v in args.leaf.split(",") if v]
-    blocks = [int(v) for v in args.block.split(",") if v]
-    pairs = itertools.product(leaves, blocks)
-    return {"auto": None} | {f"leaf={leaf},block={block}": Plan(leaf=leaf, block=block) for leaf, block in pairs}
+    """``auto`` (qr's own choice per shape, ``default_plan``) and every ``--leaf`` x ``--block`` x
+    ``--whole-max``."""
+    knobs = [[int(v) for v in text.split(",") if v] for text in (args.leaf, args.block, args.whole_max)]
+    return {"auto": None} | {
+        f"leaf={leaf},block={block},whole={whole}": Plan(leaf=leaf, block=block, whole_max=whole)
+        for leaf, block, whole in itertools.product(*knobs)
+    }
 
 
 def check(case: Case, plan: Plan | None, log: Log) -> tuple[float | None, str]:
@@ -143,6 +146,7 @@ def main() -> int:
     parser.add_argument("--shapes", type=Path, default=HERE.parent / "shapes" / "qr_v2.yaml")
     parser.add_argument("--leaf", default="32,64", help="leaf widths to try (<= 64)")
     parser.add_argument("--block", default="256", help="product split thresholds to try")
+    parser.add_argument("--whole-max", default="32", help="largest n for the one-kernel path (0: off), e.g. 0,32")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-breakdown", action="store_true")
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop timing once this much wall time passed")
