@@ -6,9 +6,9 @@
 1. FP32 / FP64 batched-product throughput at the benchmark shapes (the FP64 first pass assumes
    cuBLAS DGEMM runs near FP32 speed on this GPU).
 2. For every plan (``auto``: qr's default per shape, then each ``--leaf`` x ``--block`` x
-   ``--whole-max``) and case of
-   ``shapes/qr_v2.yaml``: the checker's scaled residuals, how many matrices took each route, and
-   the median time of one call (L2 flushed before each, as ``kernel_dev.py`` times).
+   ``--whole-max``) and benchmark case of ``shapes/qr_v2.yaml``: the checker's scaled residuals, how
+   many matrices took each route, and the median time of one call (L2 flushed before each, as
+   ``kernel_dev.py`` times).
 3. For ``auto``, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
    products, in each Triton kernel, in copies and other elementwise work, in blocked_wy (the
    fallback), against the call's wall time (the gap is host time: launches and synchronisations).
