@@ -223,6 +223,15 @@ def test_outputs_are_fresh_and_input_untouched() -> None:
     assert torch.equal(first[1], second[1])
 
 
+@pytest.mark.parametrize("n", [24, 40])
+def test_a_view_into_a_larger_batch(n: int) -> None:
+    """A contiguous slice (non-zero storage offset) of a batch, on both the one-kernel and the routed path."""
+    big = generate_input(5, n, 1, 4950, "mixed")
+    pristine = big.clone()
+    _check(big[2:4], qr(big[2:4]))
+    assert torch.equal(big, pristine)
+
+
 def test_rejects_what_it_cannot_factor() -> None:
     with pytest.raises(ValueError, match="float32"):
         qr(torch.zeros(2, 4, 4, dtype=torch.float64, device=DEVICE))

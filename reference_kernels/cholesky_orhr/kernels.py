@@ -53,12 +53,13 @@ def _warps(tile: int) -> int:
     return max(1, min(8, tile * tile // 256))
 
 
-def _check_whole(*tensors: torch.Tensor) -> None:
-    """Leaf kernels address blocks of whole contiguous buffers by an unspecialised offset (one
-    compiled variant per tile shape however many block positions a recursion visits)."""
+def _check_contiguous(*tensors: torch.Tensor) -> None:
+    """The kernels address contiguous tensors by row-major index arithmetic (leaves: a block of a
+    whole buffer by an unspecialised offset, one compiled variant per tile shape however many block
+    positions a recursion visits)."""
     for t in tensors:
-        if not t.is_contiguous() or t.storage_offset() != 0:
-            raise ValueError("leaf kernels need whole contiguous buffers")
+        if not t.is_contiguous():
+            raise ValueError("the kernels need contiguous tensors")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def cholesky_block(g: torch.Tensor, x: torch.Tensor, failed: torch.Tensor, lo: i
     factorisation carries on with pivot 1, its results meaningless); never cleared.
     ``g`` and ``x`` are b x k x k with one layout.
     """
-    _check_whole(g, x)
+    _check_contiguous(g, x)
     if kb > MAX_LEAF or g.shape != x.shape:
         raise ValueError(f"bad Cholesky leaf: kb={kb}, shapes {tuple(g.shape)} / {tuple(x.shape)}")
     k = g.shape[-1]
@@ -257,7 +258,7 @@ def lu_block(
     ``zero_last`` the block's last column is the last of a square matrix. The block of ``linv``
     (same layout as ``w``, b x k x k) gets L^-1; the returned b x kb x kb tensor holds U^-1.
     """
-    _check_whole(w, linv, tau, sign)
+    _check_contiguous(w, linv, tau, sign)
     batch, m, k = w.shape
     if kb > MAX_LEAF or linv.shape != (batch, k, k) or tau.shape != (batch, k) or sign.shape != (batch, k):
         raise ValueError(f"bad LU leaf: kb={kb}, shapes {tuple(w.shape)} / {tuple(linv.shape)}")
@@ -314,7 +315,7 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
     batch, n, _ = a.shape
     if n > MAX_WHOLE:
         raise ValueError(f"whole-matrix kernel takes n <= {MAX_WHOLE}, got {n}")
-    _check_whole(a, h, tau)
+    _check_contiguous(a, h, tau)
     done = torch.empty(batch, dtype=torch.int8, device=a.device)
     tile = _tile(n)
     _whole_kernel[(batch,)](a, h, tau, done, n, tight, BLOCK=tile, num_warps=_warps(tile))
