@@ -45,8 +45,8 @@ def tight_loss(k: int) -> float:
 
 
 def orthogonality_loss(q: torch.Tensor) -> torch.Tensor:
-    """Estimate of ||Q^T Q - I||_F for every Q of ``q`` (b x m x k, FP64): ||(Q^T Q - I) W||_F / 4 for
-    a fixed k x 16 Gaussian W. Non-finite Q reads as an infinite loss."""
+    """Estimate of ||Q^T Q - I||_F for every Q of ``q`` (b x m x k, FP64): ||(Q^T Q - I) W||_F /
+    sqrt(PROBES) for a fixed k x PROBES Gaussian W. Non-finite Q reads as an infinite loss."""
     k = q.shape[-1]
     generator = torch.Generator(device=q.device).manual_seed(20240601)
     probes = torch.randn((k, PROBES), generator=generator, dtype=q.dtype, device=q.device)
