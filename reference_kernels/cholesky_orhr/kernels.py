@@ -49,7 +49,7 @@ def _tile(k: int) -> int:
 
 def _warps(tile: int) -> int:
     """About 8 FP64 values per thread and tile, at most 8 warps. ptxas (sm_90a): the 32-wide leaves
-    take ~150-170 registers without spills at 4 warps; the 64-wide ones 255 with a few spills."""
+    take ~190-225 registers without spills at 4 warps; the 64-wide ones 255 with some spills."""
     return max(1, min(8, tile * tile // 256))
 
 
@@ -88,6 +88,7 @@ def _classify_kernel(a, nonzero, below, n, BLOCK_R: tl.constexpr, BLOCK_C: tl.co
 def classify(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per matrix and column of a contiguous b x n x n ``a``: (any non-zero, any non-zero below
     the diagonal), as b x n bool tensors, from one read of ``a``."""
+    _check_contiguous(a)
     batch, n, _ = a.shape
     nonzero = torch.empty((batch, n), dtype=torch.int8, device=a.device)
     below = torch.empty((batch, n), dtype=torch.int8, device=a.device)
@@ -359,6 +360,7 @@ def assemble(
 ) -> None:
     """Write H[index[i]] = strict-lower(W[i]) + S[i] R[i] and tau_out[index[i]] = tau[i] (zero
     past column k), for W b x m x k (ORHR LU), R b x k x k, S and tau b x k, H b' x m x m."""
+    _check_contiguous(w, r, sign, tau, index, h, tau_out)
     batch, m, k = w.shape
     block = 32
     grid = (batch, triton.cdiv(m, block), triton.cdiv(m, block))
