@@ -280,6 +280,13 @@ _LAUNCHES = [
          {"BLOCK": tile}, kernels._warps(tile))
         for tile in (16, 32)
     ),
+    # Integer arguments equal to 1 are specialised as constants by the launcher: n = 1, k = 1.
+    (kernels._whole_kernel, {"a": "*fp32", "h": "*fp32", "tau": "*fp32", "done": "*i8", "tight": "fp32"},
+     {"n": 1, "BLOCK": 16}, 1),
+    (kernels._assemble_kernel,
+     {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i64", "h": "*fp32",
+      "tau_out": "*fp32", "m": "i32"},
+     {"k": 1, "BLOCK": 32}, 4),
     (kernels._classify_kernel, {"a": "*fp32", "nonzero": "*i8", "below": "*i8", "n": "i32"},
      {"BLOCK_R": 64, "BLOCK_C": 32}, 4),
     (kernels._assemble_kernel,
