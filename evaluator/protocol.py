@@ -163,11 +163,13 @@ class _Inputs:
     """The inputs one benchmark case cycles through, and their pristine copies for checking.
 
     The first set uses the contest's seeds (spec seed + 42, + 84, ...). With fresh inputs on,
-    :meth:`refresh` writes new content into the same tensors before each timed repeat (so the
-    memory a kernel sees, and any pointer-keyed CUDA graph of an honest kernel, stay the
-    contest's, while content can never be known before the repeat), from seeds drawn at that
-    moment, never the first set's. ``handed`` are the objects the kernel gets (views of the
-    tensors when the tamper rule is on), the same every repeat as in the contest.
+    each timed repeat gets new content in the same tensors (so the memory a kernel sees, and
+    any pointer-keyed CUDA graph of an honest kernel, stay the contest's, while content can
+    never be known before the repeat), from seeds drawn at that moment, never the first set's:
+    :meth:`refresh` makes it (into the pristine copies, which only the evaluator holds) and
+    :meth:`install` copies it into the tensors, as late as possible before the clock starts.
+    ``handed`` are the objects the kernel gets (views of the tensors when the tamper rule is
+    on), the same every repeat as in the contest.
     """
 
     def __init__(self, case: Case, count: int, fresh: bool, view: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -181,12 +183,16 @@ class _Inputs:
     def refresh(self) -> None:
         if not self.fresh:
             return
-        for k, tensor in enumerate(self.tensors):
-            seed = _randbits(62)
-            content = generate_input(**self.case.with_seed(seed).generator_args())
+        for k in range(len(self.tensors)):
+            self.seeds[k] = _randbits(62)
+            self.pristine[k] = generate_input(**self.case.with_seed(self.seeds[k]).generator_args())
+
+    def install(self) -> None:
+        if not self.fresh:
+            return
+        for tensor, content in zip(self.tensors, self.pristine, strict=True):
             tensor.copy_(content)
-            self.pristine[k] = content
-            self.seeds[k] = seed
+        synchronize()  # complete before the kernel is called, as the contest's inputs are
 
 
 class _Calls:
@@ -237,7 +243,8 @@ def _first_pass(h: Harness, inputs: _Inputs, watch: ThreadWatch | None) -> str:
     """
     message = _first_pass_checks(h, inputs)
     if watch is not None:
-        watch.open()
+        watch.open()  # the collector pauses here; threads are observed once the first inputs are made
+        watch.pause()
     return message or h.tamper_problem() or ""
 
 
@@ -252,18 +259,24 @@ def _first_pass_checks(h: Harness, inputs: _Inputs) -> str:
     return message
 
 
-def _repeat_problem(h: Harness, inputs: _Inputs, outputs: Sequence[object], recheck: bool) -> str:
+def _repeat_problem(h: Harness, inputs: _Inputs, outputs: Sequence[object], recheck: bool,
+                    watch: ThreadWatch | None) -> str:
     """What the rules and the checker say about one timed repeat's outputs, or ''.
 
     Hardened: the tripwire first (nothing the kernel replaced runs in a check), then copies of
     the outputs as they were when the clock stopped; those copies are what is checked, and the
-    live outputs must still equal them afterwards (settled). Compat: the contest's recheck of
-    the live outputs against the pristine inputs.
+    live outputs must still equal them afterwards (settled). Threads are watched until the
+    copies are taken. Compat: the contest's recheck of the live outputs against the pristine
+    inputs.
     """
     message = h.tamper_problem() or ""
     if message or not recheck:
+        if watch is not None:
+            watch.pause()
         return message
     if not h.hardening.output_rules:
+        if watch is not None:
+            watch.pause()
         for p, output in zip(inputs.pristine, outputs, strict=True):
             message = message or _checked(h, p, output, h.hardening.fresh_inputs)
         return message
@@ -275,6 +288,8 @@ def _repeat_problem(h: Harness, inputs: _Inputs, outputs: Sequence[object], rech
     with _side_stream():
         snapshots = [_snapshot(o) for o in plain]
     synchronize()
+    if watch is not None:
+        watch.pause()
     for g, k, p, live, snap in zip(inputs.tensors, inputs.handed, inputs.pristine, plain, snapshots, strict=True):
         message = (message or guards.aliasing_problem((g, k), live) or guards.input_mutation_problem(g, p)
                    or _settled(live, snap))
@@ -315,9 +330,13 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, settings: BenchSetti
     started_ns = h.clock()
     for repeat in range(settings.max_repeats):
         inputs.refresh()
+        if watch is not None:
+            synchronize()
+            watch.resume()  # from here to the call, a thread that works ahead would gain
+        inputs.install()
         measurement = h.timer.time(calls)[0]  # the outputs live on in calls.outputs only
         measurements.append(measurement)
-        message = _repeat_problem(h, inputs, calls.outputs, settings.recheck)
+        message = _repeat_problem(h, inputs, calls.outputs, settings.recheck, watch)
         # Checked: drop the kernel's objects now, before the next inputs are made, as the contest
         # does. Finalizers the kernel attached to them run here; whatever they install, the
         # tripwire finds before the next inputs exist.

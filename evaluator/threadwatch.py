@@ -4,23 +4,29 @@ A thread that runs while the kernel is not running can finish the kernel's work 
 returned (off the clock), or watch the input it was handed and start on the next repeat's
 fresh content before the clock starts. Forbidding threads outright would reject honest
 kernels: ``torch.compile`` leaves an idle ``ThreadPoolExecutor`` behind, and a kernel may
-keep a pool of its own. So the rule looks at what threads *do* between calls.
+keep a pool of its own. So the rule looks at what threads *do*, and only where doing
+something pays:
 
-A window opens when a timed repeat's last call returns and closes just before the next
-repeat's first call; it spans checking, making the next fresh inputs and starting the clock.
-In a window, a thread "ran" if its CPU time grew (Linux per-thread clocks; an idle thread
-blocked on a lock or queue gains exactly zero), if it ended, if it is new, or if it is a
-Python thread the ``threading`` module does not know. A pool worker may finish its
-bookkeeping a few microseconds after the kernel's ``result()`` returned, so one window proves
-nothing: the rule fires when threads ran in more than half of at least two windows, which
-is what a thread doing useful work between calls needs.
+- from the kernel's return until the evaluator has copied its outputs (work finished later
+  is not in the copies that are checked), and
+- from the moment the next repeat's fresh inputs are complete until the kernel's next call
+  (before that there is nothing to work ahead on).
 
-The garbage collector is paused in windows, so a finalizer the kernel planted in a reference
-cycle cannot run there either. When a window closes, what the evaluator allocated in it is
-frozen (``gc.freeze``, a constant-time move to a generation never collected) before the
-collector resumes: otherwise the first collection after the pause, with the whole window's
-allocations to trace, would land inside the timed region. :meth:`ThreadWatch.finish` hands the
-frozen objects back to the collector when the case is over.
+Both stretches are short (a drain and a copy; a flush and an event), so a pool's bookkeeping
+or a library's periodic wake-up (``multiprocessing.pool.ThreadPool`` polls ten times a
+second) rarely falls in them, while a thread that does the kernel's work off the clock must
+run there every time it gains. A thread "ran" if its CPU time grew (Linux per-thread clocks;
+a thread blocked on a lock or queue gains exactly zero), if it ended, if it is new, or if it
+is a Python thread the ``threading`` module does not know. The rule fires when threads ran in
+more than half of the windows (each window: both stretches between two calls), with at least
+two windows.
+
+The garbage collector is paused from the kernel's return to its next call, so a finalizer the
+kernel planted in a reference cycle cannot run there either. When a window closes, what the
+evaluator allocated in it is frozen (``gc.freeze``, a constant-time move to a generation never
+collected) before the collector resumes: otherwise the first collection after the pause, with
+the whole window's allocations to trace, would land inside the timed region.
+:meth:`ThreadWatch.finish` hands the frozen objects back to the collector when the case is over.
 """
 
 from __future__ import annotations
@@ -77,39 +83,60 @@ def _sample() -> _Sample:
 
 
 class ThreadWatch:
-    """Counts the windows between a kernel's calls in which another thread ran."""
+    """Counts the windows between a kernel's calls in which another thread ran.
+
+    Call :meth:`open` when the kernel returns, :meth:`pause` once its outputs are copied,
+    :meth:`resume` once the next inputs are complete, :meth:`close` just before the next call
+    (a window with no :meth:`resume` ends at :meth:`pause`), and :meth:`finish` after a case.
+    """
 
     def __init__(self) -> None:
         self.windows = 0
         self.busy = 0
         self.names: set[str] = set()
-        self._start: _Sample | None = None
+        self._open = False
+        self._since: _Sample | None = None
+        self._ran: set[str] = set()
         self._gc_was_enabled = True
 
     def open(self) -> None:
-        """The kernel has returned: start watching, and pause the garbage collector."""
-        if self._start is not None:
+        """The kernel has returned: pause the garbage collector and start observing."""
+        if self._open:
             return
+        self._open = True
         self._gc_was_enabled = _gc_isenabled()
         _gc_disable()
-        self._start = _sample()
+        self._ran = set()
+        self._since = _sample()
+
+    def pause(self) -> None:
+        """Stop observing until :meth:`resume`; what ran so far counts for this window."""
+        if self._since is None:
+            return
+        now = _sample()
+        self._ran |= {name for key, (name, cpu) in now.items()
+                      if cpu is None or key not in self._since or self._since[key][1] != cpu}
+        self._ran |= {name for key, (name, _) in self._since.items() if key not in now}
+        self._since = None
+
+    def resume(self) -> None:
+        """Observe again, until :meth:`close`."""
+        if self._open and self._since is None:
+            self._since = _sample()
 
     def close(self) -> None:
         """The kernel is about to run again (or the case is over): count the window."""
-        if self._start is None:
+        if not self._open:
             return
-        now = _sample()
-        ran = {name for key, (name, cpu) in now.items()
-               if cpu is None or key not in self._start or self._start[key][1] != cpu}
-        ran |= {name for key, (name, _) in self._start.items() if key not in now}
-        self._start = None
+        self.pause()
+        self._open = False
+        self.windows += 1
+        if self._ran:
+            self.busy += 1
+            self.names |= self._ran
         _gc_freeze()
         if self._gc_was_enabled:
             _gc_enable()
-        self.windows += 1
-        if ran:
-            self.busy += 1
-            self.names |= ran
 
     def finish(self) -> None:
         """The case is over: count an open window, and let the collector see frozen objects."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from itertools import cycle
+from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -322,6 +323,43 @@ def test_idle_pool_threads_are_fine_busy_ones_are_not() -> None:
         busy.join()
 
 
+def test_only_the_stretches_where_working_pays_are_watched() -> None:
+    """Work while the evaluator checks (between pause and resume) is not counted: there is
+    nothing left to do off the clock there, and periodic wake-ups of honest pools land there."""
+    go, done = threading.Event(), threading.Event()
+
+    def on_demand() -> None:
+        while go.wait():
+            go.clear()
+            sum(range(20000))
+            done.set()
+
+    threading.Thread(target=on_demand, daemon=True, name="on-demand").start()
+
+    def work() -> None:
+        go.set()
+        done.wait()
+        done.clear()
+
+    watch = ThreadWatch()
+    for _ in range(3):
+        watch.open()
+        watch.pause()
+        work()  # while checking: ignored
+        watch.resume()
+        watch.close()
+    assert watch.busy == 0
+    watch = ThreadWatch()
+    for _ in range(3):
+        watch.open()
+        watch.pause()
+        watch.resume()
+        work()  # with the next inputs complete: counted
+        watch.close()
+    assert watch.busy == 3
+    assert "on-demand" in watch.problem()
+
+
 def test_a_thread_that_ends_between_calls_ran() -> None:
     watch = ThreadWatch()
     for _ in range(3):
@@ -366,6 +404,17 @@ def _joined_thread(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return box[0]
 
 
+def _multiprocessing_pool() -> Callable[[torch.Tensor], object]:
+    """multiprocessing's ThreadPool keeps a thread that wakes ten times a second, forever."""
+    pool = ThreadPool(2)
+
+    def kernel(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = pool.map(torch.geqrf, a.split(1))
+        return torch.cat([h for h, _ in parts]), torch.cat([tau for _, tau in parts])
+
+    return kernel
+
+
 def _named_pair(a: torch.Tensor) -> object:
     return namedtuple("QR", "h tau")(*torch.geqrf(a))
 
@@ -380,7 +429,8 @@ def _compiled() -> Callable[[torch.Tensor], object]:
 
 
 @pytest.mark.parametrize("make", [
-    lambda: torch.geqrf, _pooled, lambda: _joined_thread, lambda: _named_pair, lambda: _strided, _compiled,
+    lambda: torch.geqrf, _pooled, _multiprocessing_pool, lambda: _joined_thread, lambda: _named_pair,
+    lambda: _strided, _compiled,
 ])
 def test_honest_kernels_pass_every_rule(make: Callable[[], Callable[[torch.Tensor], object]]) -> None:
     kernel = make()
