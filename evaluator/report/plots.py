@@ -60,12 +60,13 @@ def render_case_times(entries: Sequence[Entry], path: Path) -> Path:
     unit, scale = ns_unit(sorted(means)[len(means) // 2] if means else 1e6)
     fig = _figure(len(labels))
     ax = fig.add_subplot()
-    for entry, offset in zip(entries, _offsets(len(entries)), strict=True):
+    for i, (entry, offset) in enumerate(zip(entries, _offsets(len(entries)), strict=True)):
         points = [(labels.index(c.case.case.label) + offset, c.case.stats)
                   for c in entry.cases if c.case.passed and c.case.stats is not None]
         if points:
             ax.errorbar([x for x, _ in points], [s.mean_ns / scale for _, s in points],
-                        yerr=[s.err_ns / scale for _, s in points], fmt="o", capsize=3, label=entry.label)
+                        yerr=[s.err_ns / scale for _, s in points], fmt="o", capsize=3, color=f"C{i}",
+                        label=entry.label)
     _log_y(ax)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     ax.set_ylabel(f"mean time per call ({unit}, log)")
