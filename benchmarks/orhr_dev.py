@@ -46,7 +46,8 @@ from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: 
 CATEGORIES = [
     ("leaf: cholesky", r"_cholesky_kernel"),
     ("leaf: lu", r"_lu_kernel"),
-    ("classify+assemble+deviation", r"_classify_kernel|_assemble_kernel|_deviation_kernel"),
+    ("whole-matrix", r"_whole_kernel"),
+    ("classify+assemble", r"_classify_kernel|_assemble_kernel"),
     ("blocked_wy", r"_panel_kernel|_wy_update_kernel"),
     ("products (cuBLAS)", r"(?i)gemm|sm90|cutlass|xmma"),
     ("copies/elementwise", r"(?i)copy|memcpy|memset|elementwise|fill|index|gather|scatter|where|reduce"),
@@ -140,6 +141,36 @@ def breakdown(case: Case, plan: Plan | None) -> dict[str, float]:
     return dict(parts)
 
 
+def summary(
+    log: Log,
+    names: list[str],
+    benches: list[Case],
+    ms: dict[str, dict[str, float]],
+    routes: dict[str, str],
+    parts: dict[str, dict[str, float]],
+) -> None:
+    """The closing tables: ms per plan and case with geometric means, then the time breakdown."""
+    width = max(12, *(len(n) for n in names))
+    log(f"{'case':<22}" + "".join(f" {n:>{width}}" for n in names) + "  routes")
+    for case in benches:
+        cells = "".join(
+            f" {ms[n][case.label]:{width}.3f}" if case.label in ms[n] else f" {'-':>{width}}" for n in names
+        )
+        log(f"{case.label:<22}{cells}  {routes.get(case.label, '')}")
+    geo = ""
+    for n in names:
+        got = [ms[n][c.label] for c in benches if c.label in ms[n]]
+        text = f"{math.exp(sum(map(math.log, got)) / len(got)):.3f}" if got else "-"
+        geo += f" {text + ('' if len(got) == len(benches) else f' ({len(got)}/{len(benches)})'):>{width}}"
+    log(f"{'geomean':<22}{geo}")
+    if parts:
+        columns = ["wall", "gpu total", *(label for label, _ in CATEGORIES), "other"]
+        log(f"\nwhere one call's time goes (ms; auto plan; wall - gpu total ~ host time):\n{'case':<22}"
+            + "".join(f" {c[:13]:>13}" for c in columns))  # fmt: skip
+        for label, p in parts.items():
+            log(f"{label:<22}" + "".join(f" {p.get(c, 0.0):13.3f}" for c in columns))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated substrings of benchmark labels (e.g. 640x512,4096)")
@@ -191,23 +222,7 @@ def main() -> int:
                 log(f"  breakdown {case.label}: ERROR {error!r}")
 
     log(f"\n== summary ({time.perf_counter() - began:.0f} s): median ms per call")
-    names = list(variants)
-    log(f"{'case':<22}" + "".join(f" {n:>20}" for n in names) + "  routes")
-    for case in benches:
-        cells = "".join(f" {ms[n][case.label]:20.3f}" if case.label in ms[n] else f" {'-':>20}" for n in names)
-        log(f"{case.label:<22}{cells}  {routes.get(case.label, '')}")
-    geo = ""
-    for n in names:
-        got = [ms[n][c.label] for c in benches if c.label in ms[n]]
-        text = f"{math.exp(sum(map(math.log, got)) / len(got)):.3f}" if got else "-"
-        geo += f" {text + ('' if len(got) == len(benches) else f' ({len(got)}/{len(benches)})'):>20}"
-    log(f"{'geomean':<22}{geo}")
-    if parts:
-        columns = ["wall", "gpu total", *(label for label, _ in CATEGORIES), "other"]
-        log(f"\nwhere one call's time goes (ms; auto plan; wall - gpu total ~ host time):\n{'case':<22}"
-            + "".join(f" {c[:13]:>13}" for c in columns))  # fmt: skip
-        for label, p in parts.items():
-            log(f"{label:<22}" + "".join(f" {p.get(c, 0.0):13.3f}" for c in columns))
+    summary(log, list(variants), benches, ms, routes, parts)
     return 0
 
 
