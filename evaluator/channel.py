@@ -15,7 +15,11 @@ import json
 import os
 from typing import Any
 
-__all__ = ["ChannelError", "Reader", "Writer", "new_key"]
+__all__ = ["MAX_LINE_BYTES", "ChannelError", "Reader", "Writer", "new_key"]
+
+# A case's result with a thousand samples is tens of kilobytes; a line that grows past this is a
+# kernel writing to the descriptor, and buffering it would let it exhaust the parent's memory.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
 class ChannelError(ValueError):
@@ -50,11 +54,24 @@ class Writer:
 
 
 class Reader:
-    """The parent's end: verifies each line and returns its message."""
+    """The parent's end: splits what arrives into lines, verifies each, returns the messages."""
 
     def __init__(self, key: str) -> None:
         self._key = bytes.fromhex(key)
         self._seq = 0
+        self._pending = bytearray()
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        """The messages completed by ``chunk`` (bytes as read from the pipe), in order."""
+        first, *rest = chunk.split(b"\n")
+        self._pending += first
+        if len(self._pending) > MAX_LINE_BYTES:
+            raise ChannelError(f"a line on the result channel exceeds {MAX_LINE_BYTES} bytes")
+        if not rest:
+            return []
+        lines = [bytes(self._pending), *rest[:-1]]
+        self._pending = bytearray(rest[-1])
+        return [self.decode(line) for line in lines]
 
     def decode(self, line: bytes) -> dict[str, Any]:
         try:

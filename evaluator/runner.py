@@ -206,7 +206,6 @@ def run_stage(
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    buffer = b""
     open_fds = [read_fd, out_fd]
     try:
         while read_fd in open_fds:
@@ -215,6 +214,7 @@ def run_stage(
                 status, reason = "timeout", f"exceeded the {limit_s:.0f} s limit of {plan.mode} mode"
                 break
             ready, _, _ = select.select(open_fds, [], [], min(remaining, 1.0))
+            messages = []
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -222,10 +222,8 @@ def run_stage(
                 elif fd == out_fd:
                     output.add(chunk)
                 else:
-                    buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                message = reader.decode(line)
+                    messages += reader.feed(chunk)
+            for message in messages:
                 collector.take(message)
                 if message.get("event") == "case" and on_case is not None:
                     on_case(collector.stage(None, "", time.monotonic() - started, shapes))
@@ -234,8 +232,8 @@ def run_stage(
     except ChannelError as exc:
         status, reason = "fail", rule_message("result-channel", str(exc))
     finally:
+        os.close(read_fd)  # first: a worker still writing results gets EPIPE, not a 5 s wait
         _stop(proc, out_fd, output)
-        os.close(read_fd)
     if status is None:
         if collector.error:
             status, reason = "error", collector.error

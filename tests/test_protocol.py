@@ -29,7 +29,7 @@ import torch
 import evaluator.stats
 import reference.checker
 from evaluator import guards
-from evaluator.channel import ChannelError, Reader, Writer, new_key
+from evaluator.channel import MAX_LINE_BYTES, ChannelError, Reader, Writer, new_key
 from evaluator.guards import Hardening, PhysicalFloor
 from evaluator.protocol import BenchSettings, Harness, benchmark_case
 from evaluator.protocol import test_case as run_test_case
@@ -481,6 +481,23 @@ def test_channel_accepts_only_signed_lines_in_order() -> None:
         replay.decode(json.dumps(forged).encode())
     with pytest.raises(ChannelError, match="malformed"):
         replay.decode(b"check: pass")
+
+
+def test_channel_reassembles_lines_and_bounds_them() -> None:
+    key = new_key()
+    read_fd, write_fd = os.pipe()
+    Writer(write_fd, key).send({"event": "done", "pad": "x" * 1000})
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    reader = Reader(key)
+    assert [m for i in range(0, len(data), 7) for m in reader.feed(data[i:i + 7])] == [
+        {"event": "done", "pad": "x" * 1000}]
+    flood = Reader(key)
+    for _ in range(MAX_LINE_BYTES // (1 << 20)):
+        assert flood.feed(b"x" * (1 << 20)) == []  # no newline yet: buffered
+    with pytest.raises(ChannelError, match="exceeds"):
+        flood.feed(b"x")
 
 
 def test_docs_table_names_every_rule_and_only_real_tests() -> None:
