@@ -35,7 +35,13 @@ def _mac(key: bytes, seq: int, body: str) -> str:
 
 
 class Writer:
-    """The worker's end: one signed JSON line per message, flushed at once."""
+    """The worker's end: one signed JSON line per message, flushed at once.
+
+    Slotted, so that no instance attribute can shadow :meth:`send` (and rewrite a message
+    before it is signed) on a writer found among live objects.
+    """
+
+    __slots__ = ("_fd", "_key", "_seq", "_write")
 
     def __init__(self, fd: int, key: str) -> None:
         self._write = os.write

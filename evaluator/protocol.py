@@ -91,6 +91,9 @@ class Harness:
         self._verdict = verdict
         self.worst: dict[str, float] = {}
         self.view = guards.kernel_view if self.hardening.tamper else _same
+        if self.tripwire is not None:
+            self.tripwire.watch_object(self, ignore=frozenset({"worst"}))
+            self.tripwire.watch_object(self.timer)
 
     def check(self, a: torch.Tensor, output: object) -> Verdict:
         """Check one output; passing checks also raise ``worst`` (the largest scaled residuals

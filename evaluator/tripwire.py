@@ -146,21 +146,24 @@ def _functions_of(namespace: dict[str, Any], module_name: str) -> Iterator[objec
 def _label(owner: object) -> str:
     if isinstance(owner, types.ModuleType):
         return owner.__name__
-    return f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', owner)}"
+    cls = owner if isinstance(owner, type) else type(owner)
+    return f"{cls.__module__}.{cls.__qualname__}" + ("" if cls is owner else "()")
 
 
 class _Namespace:
-    """The watched entries of one module or class, compared in one pass of C code.
+    """The watched entries of one module, class or object, compared in one pass of C code.
 
-    ``closed`` namespaces (the evaluator's own modules, and every class) also report new
-    entries: a new global in an evaluator module shadows a builtin, a new class attribute may
-    shadow an inherited one. Third-party modules grow attributes as submodules load, so there
-    only the recorded entries count.
+    ``closed`` namespaces (the evaluator's own modules and objects, and every class) also
+    report new entries: a new global in an evaluator module shadows a builtin, a new class
+    attribute may shadow an inherited one. Third-party modules grow attributes as submodules
+    load, so there only the recorded entries count. ``ignore`` names entries that change
+    by design (a harness's running maximum).
     """
 
-    def __init__(self, owner: object, closed: bool) -> None:
+    def __init__(self, owner: object, closed: bool, ignore: frozenset[str] = frozenset()) -> None:
         self.owner = owner
         self.closed = closed
+        self.ignore = ignore
         self.entries: dict[str, object] = {}
         self.size = len(vars(owner))
         self.inherited = frozenset(dir(owner)) if isinstance(owner, type) else frozenset()
@@ -196,7 +199,7 @@ class _Namespace:
         namespace = vars(self.owner)
         added = []
         for name in list(namespace):
-            if name in self.entries or (name.startswith("__") and name.endswith("__")):
+            if name in self.entries or name in self.ignore or (name.startswith("__") and name.endswith("__")):
                 continue
             if isinstance(self.owner, type) and name not in self.inherited:
                 continue  # a new class attribute that shadows nothing is harmless
@@ -221,6 +224,16 @@ class Tripwire:
         for space in self._namespaces.values():
             space.freeze()
         self._hooks = _hooks()
+
+    def watch_object(self, obj: object, ignore: frozenset[str] = frozenset()) -> None:
+        """Also watch an evaluator object's attributes (the harness's timer, checker and floor;
+        the timer's drain switch): replacing one needs no more than ``gc.get_objects()``."""
+        space = _Namespace(obj, closed=True, ignore=ignore)
+        for name, value in vars(obj).items():
+            if name not in ignore:
+                space.add(name, value)
+        space.freeze()
+        self._namespaces[id(obj)] = space
 
     # -- building the snapshot -------------------------------------------------------------
 

@@ -509,3 +509,23 @@ def test_docs_table_names_every_rule_and_only_real_tests() -> None:
         source = path.read_text()
         for name in set(re.findall(rf"\b{prefix}::(\w+)", doc)):
             assert f"def {name}(" in source, f"docs/hardening.md cites {prefix}::{name}, which does not exist"
+
+
+def test_tripwire_watches_the_harness_and_its_timer() -> None:
+    """What gc.get_objects() hands a kernel: the harness (timer, checker, floor) and the timer."""
+    box: list[Harness] = []
+
+    def swaps_the_timer(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        box[0].timer = FakeTimer((1.0,))
+        return torch.geqrf(a)
+
+    h = Harness(swaps_the_timer, CpuClockTimer())
+    box.append(h)
+    timer = h.timer
+    result = benchmark_case(h, 0, CASE, BenchSettings(True, 3, 10.0), ONE_INPUT)
+    assert result.message.startswith("[rule tamper]")
+    assert "Harness().timer" in result.message
+    assert h.timer is timer
+    writer = Writer(os.open(os.devnull, os.O_WRONLY), new_key())
+    with pytest.raises(AttributeError):
+        writer.send = lambda message: None
