@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from evaluator.contestant import ContestantError, discover_contestants, resolve_contestant
-from evaluator.pytest_plugin import REPLAY, Plan, device_info
+from evaluator.pytest_plugin import REPLAY, CaseTimer, Plan, device_info
 from evaluator.runner import RunOptions
 from evaluator.shapes import Case, ShapeFileError, ShapeSet, resolve_shapes
 
@@ -80,8 +80,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def qrbench(request: pytest.FixtureRequest) -> Plan:
-    return _plan(request.config)
+def qrbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CaseTimer:
+    """Times the cases this session selected (after ``-k`` and friends), a worker per contestant."""
+    selected: dict[str, list[str]] = {}
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "contestant" in callspec.params:
+            selected.setdefault(callspec.params["contestant"], []).append(callspec.params["case"])
+    return CaseTimer(_plan(request.config), selected, tmp_path_factory.mktemp("qrbench"))
 
 
 def _machine(config: pytest.Config) -> dict[str, Any]:

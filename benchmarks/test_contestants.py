@@ -3,13 +3,11 @@ pytest-benchmark (the options, the parametrisation and the ``qrbench`` fixture: 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 
-def test_contestant(benchmark, qrbench, tmp_path: Path, contestant: str, case: str) -> None:
-    result = qrbench.time(contestant, case, tmp_path)
+def test_contestant(benchmark, qrbench, contestant: str, case: str) -> None:
+    result = qrbench.result(contestant, case)
     if not result.passed:
         pytest.fail(f"{contestant} on {case}: {result.status}: {result.message}", pytrace=False)
     qrbench.record(benchmark, result)

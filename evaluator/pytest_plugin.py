@@ -1,8 +1,8 @@
-"""What the pytest-benchmark door (``benchmarks/conftest.py``) asks of the evaluator: time one
-case in a worker, replay its samples into pytest-benchmark, describe the machine.
+"""What the pytest-benchmark door (``benchmarks/conftest.py``) asks of the evaluator: time the
+selected cases in workers, replay their samples into pytest-benchmark, describe the machine.
 
-pytest-benchmark normally times a callable itself. Here the evaluator times (a fresh worker per
-case, the hardened protocol: L2 flushed, CUDA events on a GPU or the host clock on the CPU,
+pytest-benchmark normally times a callable itself. Here the evaluator times (a worker per
+contestant, the hardened protocol: L2 flushed, CUDA events on a GPU or the host clock on the CPU,
 every timed repeat's output checked), and :class:`ReplayClock` hands the raw per-repeat times
 to pytest-benchmark through its public ``pedantic`` call and ``timer`` marker option, so its
 statistics, storage and ``--benchmark-compare(-fail)`` work on the evaluator's figures.
@@ -11,6 +11,7 @@ statistics, storage and ``--benchmark-compare(-fail)`` work on the evaluator's f
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from evaluator.results import CaseResult
 from evaluator.runner import RunOptions, StagePlan, run_stage
 from evaluator.shapes import Case, ShapeSet, load_shapes
 
-__all__ = ["REPLAY", "Plan", "ReplayClock", "device_info"]
+__all__ = ["REPLAY", "CaseTimer", "Plan", "ReplayClock", "device_info"]
 
 # Fingerprint fields left out of pytest-benchmark's machine_info: it warns on any difference
 # from a saved run, and these differ between any two runs (the commit is in commit_info).
@@ -73,30 +74,49 @@ class Plan:
     cases: dict[str, Case]
     options: RunOptions
 
-    def time(self, contestant: str, case_id: str, folder: Path) -> CaseResult:
-        """Time one case through the evaluator in a fresh worker, on a one-case shape file
-        written into ``folder`` (a worker reads its cases from a file)."""
-        case = self.cases[case_id]
-        path = folder / f"{case_id}.yaml"
+
+class CaseTimer:
+    """Times the cases a session selected and hands out each case's result.
+
+    A contestant's selected cases run together, the first time one of them is asked for, as one
+    benchmark stage in one worker (on a shape file of just those cases, written into
+    ``folder``): the evaluator's benchmark mode exactly, warm-up on the first case included, and
+    one worker start per contestant rather than per case.
+    """
+
+    def __init__(self, plan: Plan, selected: Mapping[str, Sequence[str]], folder: Path) -> None:
+        self.plan = plan
+        self._selected = selected
+        self._folder = folder
+        self._results: dict[tuple[str, str], CaseResult] = {}
+
+    def result(self, contestant: str, case_id: str) -> CaseResult:
+        if (contestant, case_id) not in self._results:
+            self._run(contestant)
+        return self._results[(contestant, case_id)]
+
+    def _run(self, contestant: str) -> None:
+        shapes, case_ids = self.plan.shapes, self._selected[contestant]
+        path = self._folder / f"{contestant}.yaml"
         path.write_text(yaml.safe_dump({
-            "name": self.shapes.name,
-            "timeouts_s": self.shapes.timeouts_s,
-            "timing": asdict(self.shapes.timing),
-            "tests": [case.fields()],
-            "benchmarks": [case.fields()],
+            "name": shapes.name,
+            "timeouts_s": shapes.timeouts_s,
+            "timing": asdict(shapes.timing),
+            "tests": [self.plan.cases[c].fields() for c in case_ids],
+            "benchmarks": [self.plan.cases[c].fields() for c in case_ids],
         }, sort_keys=False))
-        stage, _ = run_stage(self.contestants[contestant], StagePlan("benchmark", "benchmark", None),
-                             load_shapes(path), self.options)
-        return stage.cases[0]
+        stage, _ = run_stage(self.plan.contestants[contestant], StagePlan("benchmark", "benchmark", None),
+                             load_shapes(path), self.plan.options)
+        self._results.update(((contestant, c), r) for c, r in zip(case_ids, stage.cases, strict=True))
 
     def record(self, benchmark: Any, result: CaseResult) -> None:
         """Hand a passed case's samples to pytest-benchmark, with what it was (``extra_info``)."""
         benchmark.extra_info.update(
-            shapes=self.shapes.name,
+            shapes=self.plan.shapes.name,
             spec=result.case.fields(),
             flops=result.case.flops,
             min_bytes=result.case.min_bytes,
-            timer="cuda-events" if self.options.device == "cuda" else "cpu-clock",
+            timer="cuda-events" if self.plan.options.device == "cuda" else "cpu-clock",
             protocol="hardened",
             residuals=result.diagnostics,
         )

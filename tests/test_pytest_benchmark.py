@@ -74,6 +74,8 @@ def test_benchmark_run_records_the_evaluator_statistics_and_fails_a_wrong_kernel
         assert bench["extra_info"]["timer"] == "cpu-clock"
         assert bench["options"]["timer"] == "qrbench evaluator samples"
 
-    proc = _bench(tmp_path, [slowed], "--benchmark-compare=0001", "--benchmark-compare-fail=mean:100%", slowed_ms=20)
+    proc = _bench(tmp_path, [slowed], "-k", "2x8", "--benchmark-compare=0001", "--benchmark-compare-fail=mean:100%",
+                  slowed_ms=20)
     assert proc.returncode != 0
+    assert "1 deselected / 1 selected" in proc.stdout
     assert "Performance has regressed" in proc.stdout + proc.stderr
