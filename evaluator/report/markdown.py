@@ -161,6 +161,8 @@ def render_markdown(report: Report, images: Mapping[str, Path] | None = None) ->
     if report.baseline_text:
         out += [f"Baseline: {report.baseline_text}. {_method(report)}", ""]
     for shapes, entries in _by_shapes(report.entries).items():
+        if not any(e.cases for e in entries):
+            continue  # test-mode runs: nothing timed
         measured = "; ".join(dict.fromkeys(timing_label(e.run) for e in entries))
         out += [f"## Per-case times: {shapes}", "", f"Measured on {measured}. Mean per call ± standard error.", "",
                 _case_table(entries, _time_cell), "", *image(f"times-{shapes}", f"per-case times, {shapes}"),
