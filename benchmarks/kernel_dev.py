@@ -2,7 +2,13 @@
 
     python benchmarks/kernel_dev.py [--kernels blocked_wy,cholesky_orhr,geqrf] [--cases 640x512,mixed]
                                     [--nb 32,64] [--leaf 16] [--whole-max 64,128] [--update torch,tf32x3]
-                                    [--graph on,off] [--skip-geqrf-timing]
+                                    [--inner torch,triton] [--one-reduction on,off] [--graph on,off]
+                                    [--skip-geqrf-timing]
+    python benchmarks/kernel_dev.py --sweep [--budget-s 200]
+
+``--sweep`` compares blocked_wy plans size by size (``wy_sweep.py``): the previous default, the current
+``DEFAULT_PLANS`` and variants of it, each on every test and benchmark spec of its size, and prints
+the fastest passing plan per size with a ``DEFAULT_PLANS`` table to paste.
 
 Every kernel (blocked_wy once per combination of the knobs given, cholesky_orhr when importable,
 torch.geqrf) first runs every test and benchmark case of ``shapes/qr_v2.yaml`` once and prints the
@@ -117,6 +123,8 @@ def blocked_wy_variants(args: argparse.Namespace) -> dict[str, Kernel]:
         "leaf": [int(v) for v in args.leaf.split(",")] if args.leaf else None,
         "whole_max": [int(v) for v in args.whole_max.split(",")] if args.whole_max else None,
         "update": args.update.split(",") if args.update else None,
+        "inner": args.inner.split(",") if args.inner else None,
+        "one_reduction": [v == "on" for v in args.one_reduction.split(",")] if args.one_reduction else None,
         "graph": [v == "on" for v in args.graph.split(",")] if args.graph else None,
     }
     given = {k: v for k, v in knobs.items() if v}
@@ -153,6 +161,7 @@ def sticky(error: BaseException) -> bool:
 
 def check_case(name: str, kernel: Kernel, case: Case, result: Result, log: Log) -> None:
     a = case.make()
+    pristine = a.clone()
     torch.cuda.synchronize()
     start = time.perf_counter()
     out = kernel(a)
@@ -161,13 +170,27 @@ def check_case(name: str, kernel: Kernel, case: Case, result: Result, log: Log) 
     v = verdict(a, out)
     d = v.diagnostics
     label = f"{case.kind}:{case.label}"
-    if v.passed:
+    contract = contract_breach(a, pristine, out)
+    if contract:
+        result.failed[label] = contract
+        log(f"  {label:<24} FAIL  {contract}")
+    elif v.passed:
         result.residual[label] = d["scaled_factor_residual"]
         factor, orth = d["scaled_factor_residual"], d["scaled_orthogonality_residual"]
         log(f"  {label:<24} pass  factor {factor:7.3f}  orth {orth:7.3f}  first call {first_ms:9.1f} ms")
     else:
         result.failed[label] = v.message
         log(f"  {label:<24} FAIL  {v.message}")
+
+
+def contract_breach(a: torch.Tensor, pristine: torch.Tensor, out: tuple[torch.Tensor, ...]) -> str:
+    """What the evaluator would refuse besides the checker's gates ('' when nothing)."""
+    if not torch.equal(a, pristine):
+        return "the input was modified"
+    if any(type(t) is not torch.Tensor for t in out):
+        return "an output is not exactly a torch.Tensor"
+    storages = {t.untyped_storage().data_ptr() for t in (a, *out)}
+    return "" if len(storages) == len(out) + 1 else "an output aliases the input or another output"
 
 
 def l2_flush_buffer() -> torch.Tensor:
@@ -260,7 +283,10 @@ def main() -> int:
     parser.add_argument("--nb", help="blocked_wy panel widths to try, e.g. 32,64")
     parser.add_argument("--leaf", help="blocked_wy widest leaf, e.g. 16,32")
     parser.add_argument("--whole-max", help="blocked_wy largest n for one program per matrix, e.g. 64,128")
-    parser.add_argument("--update", help="blocked_wy trailing update: torch, ieee, tf32x3")
+    parser.add_argument("--update", help="blocked_wy trailing update: torch, tf32x3")
+    parser.add_argument("--inner", help="blocked_wy products inside a panel: torch, triton")
+    parser.add_argument("--one-reduction", help="blocked_wy panel column step with one reduction: on, off")
+    parser.add_argument("--sweep", action="store_true", help="compare blocked_wy plans per size (see wy_sweep.py)")
     parser.add_argument("--graph", help="blocked_wy CUDA graphs: on, off")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-tests", action="store_true", help="skip the correctness pass over the test cases")
@@ -275,6 +301,11 @@ def main() -> int:
 
     log(f"{torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
     began = time.perf_counter()
+    if args.sweep:
+        from wy_sweep import sweep
+
+        sweep(load_cases(args.shapes), args, log, began)
+        return 0
     cases = load_cases(args.shapes)
     if args.cases:
         wanted = args.cases.split(",")

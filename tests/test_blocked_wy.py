@@ -20,6 +20,7 @@ if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -55,22 +56,44 @@ def test_whole_matrix_path(case: str, n: int) -> None:
     _factor_and_check(generate_input(2, n, 2, 1000 + n, case).to(DEVICE))
 
 
-# Blocked paths on the CPU: three panels of one leaf; panels of several leaves with a ragged last
-# panel and a row stride that is no multiple of four (the kernels' unaligned variant).
-BLOCKED_PLANS = [(48, {"nb": 16}), (37, {"nb": 16, "leaf": 4})]
+# Blocked paths on the CPU: three panels of one leaf (cuBLAS-style products); panels of several
+# leaves with a ragged last panel and a row stride that is no multiple of four (the kernels'
+# unaligned variant), through the Triton products.
+BLOCKED_PLANS = [(48, {"nb": 16}), (37, {"nb": 16, "leaf": 4, "inner": "triton", "update": "tf32x3"})]
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
 @pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves"])
-def test_blocked_path(case: str, n: int, plan: dict[str, int]) -> None:
+def test_blocked_path(case: str, n: int, plan: dict[str, object]) -> None:
     _factor_and_check(generate_input(2, n, 2, 2000 + n, case).to(DEVICE), whole_max=0, **plan)
 
 
-@pytest.mark.parametrize("update", ["ieee", "tf32x3"])
 @pytest.mark.parametrize("case", ["band", "rowscale", "mixed"])
-def test_fused_triton_update(case: str, update: str) -> None:
-    """The fused trailing-update kernel (the interpreter ignores tl.dot's precision, the GPU does not)."""
-    _factor_and_check(generate_input(2, 48, 2, 3000, case).to(DEVICE), nb=16, whole_max=0, update=update)
+def test_triton_products_merge_leaves(case: str) -> None:
+    """Two leaves per panel through leaf_step (T merge included) and the split-TF32 trailing update
+    (the interpreter multiplies in FP32 whatever the precision; the GPU tests cover tf32x3 itself)."""
+    plan = {"nb": 16, "leaf": 8, "inner": "triton", "update": "tf32x3"}
+    _factor_and_check(generate_input(2, 48, 2, 3000, case).to(DEVICE), whole_max=0, **plan)
+
+
+@pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
+def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's single tuple reduction (slow under the interpreter, so on small matrices only)
+    gives what the interpreter's two sums give."""
+    a = generate_input(2, 8, 2, 11, "mixed")
+    blocked = {"nb": 4, "whole_max": 0}
+    expected = [qr(a), qr(a, **blocked)]
+    monkeypatch.setattr(kernels, "INTERPRETED", False)
+    for out, reference in zip([_factor_and_check(a), _factor_and_check(a, **blocked)], expected, strict=True):
+        torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["dense", "rankdef", "mixed"])
+def test_three_reduction_column_step(case: str) -> None:
+    """The panel kernel's previous column step (one_reduction=False), kept for the GPU comparison."""
+    a = generate_input(2, 37, 2, 4000, case).to(DEVICE)
+    _factor_and_check(a, one_reduction=False)
+    _factor_and_check(a, nb=16, leaf=4, whole_max=0, one_reduction=False)
 
 
 @pytest.mark.parametrize("plan", [{}, {"nb": 8, "whole_max": 0}], ids=["whole", "blocked"])
@@ -128,32 +151,8 @@ def test_rejects_what_it_cannot_factor() -> None:
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-def _specialise(fn: triton.runtime.jit.JITFunction, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
-    """Signature, constants, attributes and options as Triton's launcher derives them for sm_90."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.nvidia.compiler import CUDABackend
-
-    bound = dict(zip(fn.arg_names, args, strict=False)) | {k: v for k, v in kwargs.items() if k in fn.arg_names}
-    options = {k: v for k, v in kwargs.items() if k not in fn.arg_names}
-    signature, constants, attrs = {}, {}, {}
-    for i, param in enumerate(fn.params):
-        value = bound[param.name]
-        if param.is_constexpr:
-            signature[param.name], constants[param.name] = "constexpr", value
-            continue
-        if isinstance(value, torch.Tensor):  # our bases are allocations: aligned like this stand-in
-            value = torch.empty(4, dtype=value.dtype)
-        kind, attr = native_specialize_impl(CUDABackend, value, False, not param.do_not_specialize, True)
-        signature[param.name] = kind
-        if kind == "constexpr":
-            constants[param.name] = value
-        elif attr:
-            attrs[(i,)] = CUDABackend.parse_attr(attr)
-    return signature, constants, attrs, options
-
-
 @pytest.mark.skipif(not NVIDIA_BACKEND.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
-def test_every_launch_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_launch_compiles_for_sm90() -> None:
     """Record the launches qr makes on qr_v2 sizes (meta tensors: shapes only) and compile each
     distinct one to a cubin for sm_90: the interpreter checks the arithmetic, this the rest."""
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -165,38 +164,18 @@ def test_every_launch_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch) -> None
         )  # fmt: skip
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
         return
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from reference_kernels.blocked_wy import Plan, default_plan
+    from reference_kernels.blocked_wy.offline import compile_launch, record_launches
 
-    launches: dict[str, tuple] = {}
-
-    class Recorder:
-        def __init__(self, kernel: triton.runtime.jit.JITFunction) -> None:
-            self.fn = kernel
-
-        def __getitem__(self, grid: tuple[int, ...]):
-            def launch(*args: object, **kwargs: object) -> None:
-                spec = _specialise(self.fn, args, kwargs)
-                launches.setdefault(f"{self.fn.__name__}{spec}", (self.fn, spec))
-
-            return launch
-
-    monkeypatch.setattr(kernels, "_panel_kernel", Recorder(kernels._panel_kernel))
-    monkeypatch.setattr(kernels, "_wy_update_kernel", Recorder(kernels._wy_update_kernel))
-    plans = [
-        *((n, {}) for n in (32, 176, 4096)),  # default plans: whole matrix, panels, leaves of 8
-        (512, {"update": "tf32x3"}),
-        (48, {"nb": 16, "whole_max": 0, "update": "ieee"}),
-        *((n, {"whole_max": 0, **plan}) for n, plan in BLOCKED_PLANS),  # the CPU tests' paths: unaligned, m = 1
+    calls = [
+        *(((1, n), default_plan(n)) for n in (32, 176, 512, 4096)),  # whole matrix, panels, leaves of 32 to 8
+        ((1, 1024), Plan(nb=128, leaf=32, one_reduction=False)),  # the sweep's widest panels; previous column step
+        *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
-    for n, plan in plans:
-        qr(torch.empty(1, n, n, device="meta"), graph=False, **plan)
+    launches = record_launches(calls)
     assert len(launches) >= 10
-    for fn, (signature, constants, attrs, options) in launches.values():
-        compiled = triton.compile(
-            ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32), options=options
-        )
-        assert compiled.asm["cubin"], f"{fn.__name__} {constants}"
+    for name, launch in launches.items():
+        assert compile_launch(launch), name
 
 
 # ---- GPU only: the contest's shapes -------------------------------------------------------------

@@ -6,8 +6,12 @@ for ``graph=False``, which callers with data-dependent sub-batch sizes should pa
 into a one-file contest submission; packages building on this one start their list with it.
 """
 
-from reference_kernels.blocked_wy.qr import Plan, clear_graphs, default_plan, qr
+from reference_kernels.blocked_wy.qr import DEFAULT_PLANS, Plan, clear_graphs, default_plan, qr
 
-EXPORT_MODULES = ("reference_kernels.blocked_wy.kernels", "reference_kernels.blocked_wy.qr")
+EXPORT_MODULES = (
+    "reference_kernels.blocked_wy.kernels",
+    "reference_kernels.blocked_wy.products",
+    "reference_kernels.blocked_wy.qr",
+)
 
-__all__ = ["EXPORT_MODULES", "Plan", "clear_graphs", "default_plan", "qr"]
+__all__ = ["DEFAULT_PLANS", "EXPORT_MODULES", "Plan", "clear_graphs", "default_plan", "qr"]

@@ -11,11 +11,16 @@ v = x / (alpha - beta), v[0] = 1; tau = 0 and the column left as it is when x is
 The kernel runs unchanged under ``TRITON_INTERPRET=1``.
 """
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_TILE", "factor_panel", "panel_tile", "wy_update"]
+__all__ = ["INTERPRETED", "MAX_TILE", "factor_panel", "panel_tile"]
+
+# Under TRITON_INTERPRET=1 a few constructs take a form the interpreter runs fast (same arithmetic).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Largest tile one program holds: 32768 floats is 64 per thread at 16 warps.
 MAX_TILE = 32768
@@ -33,6 +38,13 @@ def _warps(tile: tuple[int, int]) -> int:
 
 
 @triton.jit
+def _add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+# Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
+# variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
+@triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m"])
 def _panel_kernel(
     src, src_off, dst, dst_off, mat_stride, row_stride,
     tau, tau_off, tau_stride,
@@ -40,6 +52,7 @@ def _panel_kernel(
     t, t_off, t_mat_stride, t_row_stride,
     m,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
+    ONE_REDUCTION: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     src_mat = src + src_off + pid * mat_stride
@@ -63,18 +76,35 @@ def _panel_kernel(
 
     for k in range(W):
         col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
-        alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
         tail = tl.where(rows > k, col, 0.0)
-        sigma = tl.sum(tail * tail, axis=0)
+        if ONE_REDUCTION:
+            # One block-wide reduction per column: the tail's products with every column (sigma is
+            # its own one) and row k (alpha and the v[k] = 1 term), so s = v^T X follows without a
+            # second pass once beta is known: s_j = X[k, j] + (tail . X_j) / (alpha - beta).
+            if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+                dots = tl.sum(tail[:, None] * x, axis=0)
+                row_k = tl.sum(tl.where(r2 == k, x, 0.0), axis=0)
+            else:  # one reduction of both: 3 barriers per column where two tl.sum take 6 (ptxas, sm_90)
+                dots, row_k = tl.reduce((tail[:, None] * x, tl.where(r2 == k, x, 0.0)), 0, _add_pairs)
+            alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
+            sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
+        else:
+            alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
+            sigma = tl.sum(tail * tail, axis=0)
         reflect = sigma > 0.0
         norm = tl.sqrt_rn(alpha * alpha + sigma)
         beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
         tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
-        vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
-
-        # v vanishes above row k, where every finished column j < k holds its own reflector, so one
-        # reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
-        s = tl.sum(vk[:, None] * x, axis=0)
+        if ONE_REDUCTION:
+            # LAPACK's dlarfg scales x by 1 / (alpha - beta) too: one division per column, not per row.
+            scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+            vk = tl.where(rows == k, 1.0, tail * scale)
+            s = row_k + dots * scale
+        else:
+            vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
+            # v vanishes above row k, where every finished column j < k holds its own reflector, so
+            # one reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
+            s = tl.sum(vk[:, None] * x, axis=0)
         x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
         x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
         taus = tl.where(cols == k, tau_k, taus)
@@ -111,12 +141,14 @@ def factor_panel(
     dst: torch.Tensor,
     tau: torch.Tensor,
     wy: tuple[torch.Tensor, torch.Tensor] | None = None,
+    one_reduction: bool = True,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
     ``tau`` (b x w) receives the reflector scalars. With ``wy = (V, T)``, V (b x m x w) receives the
     reflectors with their unit diagonal and zeros above it, and T (b x w x w) the upper triangle with
     ``H_1 ... H_w = I - V T V^T``. Every view must have unit stride along its last dimension.
+    ``one_reduction`` picks the column step with one block-wide reduction (else three, as before).
     """
     batch, m, w = dst.shape
     if src.shape != dst.shape or m < w or tau.shape != (batch, w):
@@ -142,73 +174,7 @@ def factor_panel(
         W=w,
         BLOCK_M=tile[0], BLOCK_W=tile[1], WRITE_WY=wy is not None,
         ALIGNED=_rows_aligned(src, dst, *(wy or ())),
+        ONE_REDUCTION=one_reduction,
+        INTERPRETED=INTERPRETED,
         num_warps=_warps(tile),
-    )
-
-
-@triton.jit
-def _wy_update_kernel(
-    c, c_off, c_mat_stride, c_row_stride,
-    v, v_mat_stride, v_row_stride,
-    t, t_mat_stride, t_row_stride,
-    m, ncols,
-    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PRECISION: tl.constexpr, ALIGNED: tl.constexpr,
-):
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    cols = pid_n * BN + tl.arange(0, BN)
-    ks = tl.arange(0, NB)
-    rows = tl.arange(0, BM)
-    c_mat = c + c_off + pid_b * c_mat_stride
-    if ALIGNED:  # as in _panel_kernel: lets the compiler use vector loads
-        c_mat = tl.multiple_of(c_mat, 16)
-    v_mat = v + pid_b * v_mat_stride
-    col_ok = cols[None, :] < ncols
-
-    acc = tl.zeros([NB, BN], dtype=tl.float32)
-    r0 = 0
-    while r0 < m:  # while, not range(m): the interpreter (numpy >= 2.4) cannot index with a runtime int
-        r = r0 + rows[:, None]
-        vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
-        cc = tl.load(c_mat + r * c_row_stride + cols[None, :], mask=(r < m) & col_ok, other=0.0)
-        acc = tl.dot(tl.trans(vv), cc, acc, input_precision=PRECISION)
-        r0 += BM
-    tt = tl.load(t + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
-    w = tl.dot(tl.trans(tt), acc, input_precision=PRECISION)
-    r0 = 0
-    while r0 < m:
-        r = r0 + rows[:, None]
-        vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
-        ptrs = c_mat + r * c_row_stride + cols[None, :]
-        cc = tl.load(ptrs, mask=(r < m) & col_ok, other=0.0)
-        cc = cc - tl.dot(vv, w, input_precision=PRECISION)
-        tl.store(ptrs, cc, mask=(r < m) & col_ok)
-        r0 += BM
-
-
-def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, precision: str) -> None:
-    """``c <- c - V (T^T (V^T c))`` for every matrix in one launch, ``tl.dot`` at ``precision``.
-
-    Fuses the three products of a compact-WY trailing update: each program owns a strip of BN
-    columns of one matrix, accumulates V^T C over the rows, multiplies by T^T and streams the
-    rows again to subtract V W. ``precision`` is ``"ieee"`` (FP32 FMA) or ``"tf32x3"`` (split TF32
-    on tensor cores, near-FP32 accuracy). V is b x m x nb, T b x nb x nb, nb a power of two >= 16.
-    """
-    batch, m, ncols = c.shape
-    nb = v.shape[-1]
-    if v.shape != (batch, m, nb) or t.shape != (batch, nb, nb) or nb < 16 or nb & (nb - 1):
-        raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
-    if v.stride(-1) != 1 or t.stride(-1) != 1 or c.stride(-1) != 1:
-        raise ValueError("c, v and t need unit stride along their last dimension")
-    # Register budget: the nb x BN accumulator and W, plus (for ieee) the FMA dot's operands.
-    block_n = 64 if nb <= 32 else 32
-    c_base, c_off = _base(c)
-    _wy_update_kernel[(triton.cdiv(ncols, block_n), batch)](
-        c_base, c_off, c.stride(0), c.stride(1),
-        v, v.stride(0), v.stride(1),
-        t, t.stride(0), t.stride(1),
-        m, ncols,
-        NB=nb, BM=64, BN=block_n, PRECISION=precision,
-        ALIGNED=_rows_aligned(c),
-        num_warps=4 if nb <= 32 else 8,
     )

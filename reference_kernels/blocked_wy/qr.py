@@ -4,9 +4,10 @@ Small matrices (n <= ``whole_max``) are factored unblocked, one Triton program p
 whole matrix in registers: at those sizes a single launch is the whole cost. Larger ones go panel
 by panel: a panel of ``nb`` columns is factored in registers by the same kernel (split into leaves
 when it is too tall for one program's registers), which also emits V and T, and the trailing matrix
-is updated as ``A <- A - V (T^T (V^T A))`` with batched products in FP32. On CUDA the blocked
-factorisation is captured once per (shape, device, plan) as a CUDA graph, since the hundreds of
-small launches would otherwise dominate below n ~ 1024.
+is updated as ``A <- A - V (T^T (V^T A))`` by products at FP32 accuracy (cuBLAS FP32, or Triton at
+split TF32). On CUDA the blocked factorisation is captured once per (shape, device, plan) as a
+CUDA graph where the plan says so, since hundreds of small launches would otherwise dominate.
+``DEFAULT_PLANS`` holds the plan per size range.
 
 ``qr`` accepts any batch size, so a caller may pass a sub-batch gathered by index (the
 cholesky_orhr fallback does). For sub-batches whose size changes from call to call, pass
@@ -22,11 +23,13 @@ from typing import Literal
 
 import torch
 
-from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile, wy_update
+from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
+from reference_kernels.blocked_wy.products import leaf_step, wy_update
 
-__all__ = ["Plan", "Update", "clear_graphs", "default_plan", "qr"]
+__all__ = ["DEFAULT_PLANS", "Inner", "Plan", "Update", "clear_graphs", "default_plan", "qr"]
 
-Update = Literal["torch", "ieee", "tf32x3"]
+Update = Literal["torch", "tf32x3"]
+Inner = Literal["torch", "triton"]
 
 
 @dataclass(frozen=True)
@@ -37,15 +40,21 @@ class Plan:
     - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
       register tile stays within ``MAX_TILE`` floats.
     - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
-    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), or one fused Triton kernel
-      with ``tl.dot`` at ``ieee`` (FP32) or ``tf32x3`` (split TF32) precision.
-    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture).
+    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products) or ``tf32x3`` (two Triton
+      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores).
+    - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
+      cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
+    - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
+    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
+      it the launches are issued eagerly and the input copy is folded into the first update.
     """
 
     nb: int
     leaf: int
-    whole_max: int
+    whole_max: int = 128
     update: Update = "torch"
+    inner: Inner = "torch"
+    one_reduction: bool = True
     graph: bool = True
 
     def __post_init__(self) -> None:
@@ -53,17 +62,30 @@ class Plan:
             value = getattr(self, name)
             if value <= 0 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value}")
-        if self.update not in ("torch", "ieee", "tf32x3"):
-            raise ValueError(f"update must be 'torch', 'ieee' or 'tf32x3', got {self.update!r}")
+        if self.update not in ("torch", "tf32x3"):
+            raise ValueError(f"update must be 'torch' or 'tf32x3', got {self.update!r}")
+        if self.inner not in ("torch", "triton"):
+            raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
         if self.update != "torch" and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
 
 
+# The plan for n <= each bound (first match). Predictions and the measurements behind them:
+# reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
+DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
+    (128, Plan(nb=32, leaf=32)),  # one program per matrix (whole_max)
+    (255, Plan(nb=32, leaf=32, update="tf32x3")),
+    (511, Plan(nb=32, leaf=32, update="tf32x3")),
+    (1023, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),
+    (2047, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),
+    (4095, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),  # leaves of 16 while m > 1024
+    (1 << 30, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),  # leaves of 8, 16 and 32 as m shrinks
+)
+
+
 def default_plan(n: int) -> Plan:
-    """The default per size: one program per matrix up to n = 128 (a 128x128 register tile); then
-    32-column leaves, with trailing updates every 32 columns below n = 512 and every 64 from there,
-    where the trailing matrix no longer fits in L2 and each update is a pass over memory."""
-    return Plan(nb=32 if n < 512 else 64, leaf=32, whole_max=128)
+    """The plan of ``DEFAULT_PLANS`` for an n x n matrix."""
+    return next(plan for bound, plan in DEFAULT_PLANS if n <= bound)
 
 
 @contextmanager
@@ -78,11 +100,15 @@ def _ieee_fp32() -> Iterator[None]:
         matmul.fp32_precision = saved
 
 
-def _apply_qt(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update) -> None:
-    """c <- (I - V T V^T)^T c in place, the compact-WY form of applying H_k ... H_1."""
+def _apply_qt(
+    c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update, src: torch.Tensor | None = None
+) -> None:
+    """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
     if update != "torch":
-        wy_update(c, v, t, update)
+        wy_update(c, v, t, src)
         return
+    if src is not None:
+        c.copy_(src)
     w = torch.bmm(v.transpose(1, 2), c)
     w = torch.bmm(t.transpose(1, 2), w)
     c.baddbmm_(v, w, alpha=-1.0)
@@ -93,7 +119,9 @@ def _leaf_width(m: int, leaf: int) -> int:
     return max(1, min(leaf, MAX_TILE // panel_tile(m, 1)[0]))
 
 
-def _factor_block(panel: torch.Tensor, tau: torch.Tensor, leaf: int, need_t: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _factor_block(
+    panel: torch.Tensor, tau: torch.Tensor, plan: Plan, need_t: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Factor a b x m x w panel in place; return its V (b x m x w) and T (b x w x w).
 
     A panel wider than its leaf width is factored leaf by leaf, each leaf's reflectors applied
@@ -101,7 +129,7 @@ def _factor_block(panel: torch.Tensor, tau: torch.Tensor, leaf: int, need_t: boo
     ``need_t``: the last panel of a matrix has no trailing update).
     """
     batch, m, w = panel.shape
-    step = _leaf_width(m, leaf)
+    step = _leaf_width(m, plan.leaf)
     alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
     v = alloc(batch, m, w)
     t = alloc(batch, w, w)
@@ -109,23 +137,36 @@ def _factor_block(panel: torch.Tensor, tau: torch.Tensor, leaf: int, need_t: boo
         e = min(c + step, w)
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
-        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf))
+        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction)
+        merge = c > 0 and need_t
+        if plan.inner == "triton":
+            if e < w or merge:
+                leaf_step(panel, v, t, c, e, merge)
+            continue
         if e < w:
             _apply_qt(panel[:, c:, e:], v_leaf, t_leaf, "torch")
-        if c > 0 and need_t:
+        if merge:
             cross = torch.bmm(v[:, c:, :c].transpose(1, 2), v_leaf)
             t[:, :c, c:e].baddbmm_(t[:, :c, :c], torch.bmm(cross, t_leaf), beta=0.0, alpha=-1.0)
     return v, t
 
 
-def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan) -> None:
-    """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar."""
+def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None) -> None:
+    """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
+
+    With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``: the first
+    panel's columns are copied and the first trailing update reads the rest from ``src``, which
+    saves a pass over memory.
+    """
     n = h.shape[-1]
     for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
-        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan.leaf, need_t=j1 < n)
+        if src is not None and j0 == 0:
+            h[:, :, :j1].copy_(src[:, :, :j1])
+        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n)
         if j1 < n:
-            _apply_qt(h[:, j0:, j1:], v, t, plan.update)
+            first = src[:, j0:, j1:] if src is not None and j0 == 0 else None
+            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first)
 
 
 class _GraphedQR:
@@ -170,36 +211,43 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
 def qr(
     a: torch.Tensor,
     *,
+    plan: Plan | None = None,
     nb: int | None = None,
     leaf: int | None = None,
     whole_max: int | None = None,
     update: Update | None = None,
+    inner: Inner | None = None,
+    one_reduction: bool | None = None,
     graph: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
     Outputs are fresh tensors; ``a`` is left unchanged; all work is queued on the current stream.
-    Keyword arguments override :func:`default_plan` (``leaf`` is capped at ``nb``).
+    ``plan`` replaces :func:`default_plan`; keyword arguments override single fields (``leaf`` is
+    capped at ``nb``).
     """
     if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
-    a = a.contiguous()
     batch, n, _ = a.shape
-    base = default_plan(n)
-    nb = base.nb if nb is None else nb
-    leaf = min(base.leaf if leaf is None else leaf, nb)
-    overrides = {"leaf": leaf, "whole_max": whole_max, "update": update, "graph": graph}
-    plan = replace(base, nb=nb, **{key: value for key, value in overrides.items() if value is not None})
+    plan = plan or default_plan(n)
+    fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
+    fields |= {"one_reduction": one_reduction, "graph": graph}
+    overrides = {key: value for key, value in fields.items() if value is not None}
+    if overrides:
+        plan = replace(plan, **overrides)
+    if plan.leaf > plan.nb:
+        plan = replace(plan, leaf=plan.nb)
 
+    a = a.contiguous()
     if n <= plan.whole_max:
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        factor_panel(a, h, tau)
+        factor_panel(a, h, tau, one_reduction=plan.one_reduction)
         return h, tau
     with _ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
             return _graphed(a, plan)
-        h = a.clone()
+        h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        _factor_in_place(h, tau, plan)
+        _factor_in_place(h, tau, plan, src=a)
         return h, tau

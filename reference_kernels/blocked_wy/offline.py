@@ -1,0 +1,95 @@
+"""Every Triton launch ``qr`` makes, found without a GPU and compiled for one (sm_90).
+
+``record_launches`` runs ``qr`` on meta tensors (shapes only) with the kernels swapped for recorders
+and derives each launch's specialisation exactly as Triton's launcher would on the GPU;
+``compile_launch`` builds it with the real compiler (Triton's wheel ships ptxas). Uses: the CPU test
+that every launch compiles, and ``benchmarks/wy_sweep.py``, which compiles a sweep's kernels in
+parallel processes before the GPU run (the launcher then finds them in Triton's cache).
+Not part of the contest export. Must run where the interpreter has not run (TRITON_INTERPRET unset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import triton
+
+import reference_kernels.blocked_wy.kernels as kernels
+import reference_kernels.blocked_wy.products as products
+from reference_kernels.blocked_wy.qr import Plan, qr
+
+__all__ = ["Launch", "compile_launch", "record_launches"]
+
+Launch = tuple[triton.runtime.jit.JITFunction, tuple[dict, dict, dict, dict]]
+_KERNELS = (
+    (kernels, "_panel_kernel"),
+    (products, "_project_kernel"),
+    (products, "_subtract_kernel"),
+    (products, "_leaf_gram_kernel"),
+    (products, "_leaf_apply_kernel"),
+)
+
+
+def _specialise(fn: triton.runtime.jit.JITFunction, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """Signature, constants, attributes and options as Triton's launcher derives them for sm_90."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    bound = dict(zip(fn.arg_names, args, strict=False)) | {k: v for k, v in kwargs.items() if k in fn.arg_names}
+    options = {k: v for k, v in kwargs.items() if k not in fn.arg_names}
+    signature, constants, attrs = {}, {}, {}
+    for i, param in enumerate(fn.params):
+        value = bound[param.name]
+        if param.is_constexpr:
+            signature[param.name], constants[param.name] = "constexpr", value
+            continue
+        if isinstance(value, torch.Tensor):  # qr's kernel arguments are allocations: aligned like this stand-in
+            value = torch.empty(4, dtype=value.dtype)
+        kind, attr = native_specialize_impl(CUDABackend, value, False, not param.do_not_specialize, True)
+        signature[param.name] = kind
+        if kind == "constexpr":
+            constants[param.name] = value
+        elif attr:
+            attrs[(i,)] = CUDABackend.parse_attr(attr)
+    return signature, constants, attrs, options
+
+
+class _Recorder:
+    def __init__(self, fn: triton.runtime.jit.JITFunction, found: dict[str, Launch]) -> None:
+        self.fn, self.found = fn, found
+
+    def __getitem__(self, grid: Any):
+        def launch(*args: object, **kwargs: object) -> None:
+            spec = _specialise(self.fn, args, kwargs)
+            self.found.setdefault(f"{self.fn.__name__}{spec}", (self.fn, spec))
+
+        return launch
+
+
+def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
+    """The distinct launches of ``qr`` on (batch, n) shapes with the given plans (eager, as captured)."""
+    found: dict[str, Launch] = {}
+    saved = [(module, name, getattr(module, name)) for module, name in _KERNELS]
+    try:
+        for module, name, fn in saved:
+            setattr(module, name, _Recorder(fn, found))
+        for (batch, n), plan in calls:
+            qr(torch.empty(batch, n, n, device="meta"), plan=plan, graph=False)
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+    return found
+
+
+def compile_launch(launch: Launch) -> bytes:
+    """The sm_90 cubin of one recorded launch (also stored in Triton's cache, as the GPU run keys it)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, (signature, constants, attrs, options) = launch
+    compiled = triton.compile(
+        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32), options=options
+    )
+    return compiled.asm["cubin"]

@@ -1,0 +1,313 @@
+"""Triton products of the blocked factorisation: the trailing update and a leaf's work inside its panel.
+
+Both exist because cuBLAS is slow at what they replace, not at products in general:
+
+- ``wy_update``: ``C <- C - V (T^T (V^T C))`` in two launches (project, then subtract) with ``tl.dot``
+  at ``tf32x3`` (split TF32 on tensor cores, FP32-level accuracy, ~2x the FP32 rate). cuBLAS has no
+  split-TF32 mode, and its single-pass TF32 loses the factor gate on badly scaled inputs.
+- ``leaf_step``: after a leaf of a tall panel is factored, apply its reflectors to the rest of the
+  panel and merge its T into the panel's. cuBLAS spends six launches on that, each a product with
+  a tiny output and a reduction over every row, which it runs serially in one block per matrix:
+  on 2 x 4096 that was most of the time. Here the rows are split across programs (two launches).
+
+Every ``tl.dot`` is ``tf32x3``: at ``ieee`` Triton multiplies FP32 tiles on the FMA units with whole
+operand rows in registers, and these tiles spill kilobytes (ptxas, sm_90). The long row loop runs as
+``for`` (software-pipelined) on the GPU and as ``while`` under the interpreter, which cannot take a
+runtime ``range`` bound (numpy >= 2.4); the loop body is shared.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned
+
+__all__ = ["leaf_step", "wy_update"]
+
+
+@triton.jit
+def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM: tl.constexpr):
+    r = r0 + tl.arange(0, BM)[:, None]
+    vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
+    cc = tl.load(c_mat + r * c_row_stride + cols[None, :], mask=(r < m) & col_ok, other=0.0)
+    return tl.dot(tl.trans(vv), cc, acc, input_precision="tf32x3")
+
+
+@triton.jit(do_not_specialize=["c_off", "v_off", "t_off", "m", "ncols"])  # as _panel_kernel's
+def _project_kernel(
+    c,
+    c_off,
+    c_mat_stride,
+    c_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    t,
+    t_off,
+    t_mat_stride,
+    t_row_stride,
+    w,
+    w_mat_stride,
+    m,
+    ncols,
+    NB: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
+    """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    cols = pid_n * BN + tl.arange(0, BN)
+    ks = tl.arange(0, NB)
+    c_mat = c + c_off + pid_b * c_mat_stride
+    v_mat = v + v_off + pid_b * v_mat_stride
+    if ALIGNED:  # as in _panel_kernel: lets the compiler use vector loads
+        c_mat = tl.multiple_of(c_mat, 16)
+        v_mat = tl.multiple_of(v_mat, 16)
+    col_ok = cols[None, :] < ncols
+    acc = tl.zeros([NB, BN], dtype=tl.float32)
+    if INTERPRETED:
+        r0 = 0
+        while r0 < m:
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
+            r0 += BM
+    else:
+        for r0 in tl.range(0, m, BM, num_stages=3):
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
+    tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
+    out = tl.dot(tl.trans(tt), acc, input_precision="tf32x3")
+    tl.store(w + pid_b * w_mat_stride + ks[:, None] * ncols + cols[None, :], out, mask=col_ok)
+
+
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "m", "ncols"])
+def _subtract_kernel(
+    src,
+    src_off,
+    dst,
+    dst_off,
+    c_mat_stride,
+    c_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    w,
+    w_mat_stride,
+    m,
+    ncols,
+    NB: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix."""
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    n_tiles = tl.cdiv(ncols, BN)
+    rows = (pid // n_tiles) * BM + tl.arange(0, BM)[:, None]
+    cols = (pid % n_tiles) * BN + tl.arange(0, BN)[None, :]
+    ks = tl.arange(0, NB)
+    src_mat = src + src_off + pid_b * c_mat_stride
+    dst_mat = dst + dst_off + pid_b * c_mat_stride
+    v_mat = v + v_off + pid_b * v_mat_stride
+    if ALIGNED:
+        src_mat = tl.multiple_of(src_mat, 16)
+        dst_mat = tl.multiple_of(dst_mat, 16)
+        v_mat = tl.multiple_of(v_mat, 16)
+    inside = (rows < m) & (cols < ncols)
+    vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
+    ww = tl.load(w + pid_b * w_mat_stride + ks[:, None] * ncols + cols, mask=cols < ncols, other=0.0)
+    tile = rows * c_row_stride + cols
+    cc = tl.load(src_mat + tile, mask=inside, other=0.0)
+    tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
+
+
+def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None) -> None:
+    """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
+
+    V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
+    one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
+    program per BN-column strip, streaming the rows), the second subtracts V W tile by tile.
+    """
+    batch, m, ncols = c.shape
+    nb = v.shape[-1]
+    src = c if src is None else src
+    if v.shape != (batch, m, nb) or t.shape != (batch, nb, nb) or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
+        raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
+    if any(x.stride(-1) != 1 for x in (c, v, t, src)) or src.stride() != c.stride():
+        raise ValueError("c, src, v and t need unit stride along their last dimension; c and src one layout")
+    work = c.new_empty(batch, nb, ncols)
+    src_base, src_off = _base(src)
+    c_base, c_off = _base(c)
+    v_base, v_off = _base(v)
+    t_base, t_off = _base(t)
+    aligned = _rows_aligned(c, src, v)
+    warps = 4 if nb <= 64 else 8
+    block_n = 64
+    _project_kernel[(triton.cdiv(ncols, block_n), batch)](
+        src_base, src_off, c.stride(0), c.stride(1),
+        v_base, v_off, v.stride(0), v.stride(1),
+        t_base, t_off, t.stride(0), t.stride(1),
+        work, work.stride(0),
+        m, ncols,
+        NB=nb, BM=32, BN=block_n, ALIGNED=aligned, INTERPRETED=INTERPRETED,
+        num_warps=warps,
+    )  # fmt: skip
+    block_m = 64
+    _subtract_kernel[(triton.cdiv(m, block_m) * triton.cdiv(ncols, block_n), batch)](
+        src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
+        v_base, v_off, v.stride(0), v.stride(1),
+        work, work.stride(0),
+        m, ncols,
+        NB=nb, BM=block_m, BN=block_n, ALIGNED=aligned,
+        num_warps=warps,
+    )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["p_off", "v_off", "m", "c0", "e0", "w", "part_rows"])
+def _leaf_gram_kernel(
+    p,
+    p_off,
+    p_mat_stride,
+    p_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    part,
+    part_mat_stride,
+    m,
+    c0,
+    e0,
+    w,
+    part_rows,
+    BR: tl.constexpr,
+    BL: tl.constexpr,
+    BW: tl.constexpr,
+):
+    """One part's sum (``part_rows`` rows, BR at a time) of G = V_leaf^T [V_before | 0 | P_after].
+
+    Rows are panel rows from c0 (where the leaf's reflectors start); columns are panel columns:
+    before the leaf (< c0) from V, the leaf's own (c0 <= j < e0) zero, after it (>= e0) from the panel.
+    """
+    pid_r = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    ls = tl.arange(0, BL)[None, :]
+    cols = tl.arange(0, BW)[None, :]
+    v_mat = v + v_off + pid_b * v_mat_stride
+    p_mat = p + p_off + pid_b * p_mat_stride
+    g = tl.zeros([BL, BW], dtype=tl.float32)
+    first = c0 + pid_r * part_rows
+    end = tl.minimum(first + part_rows, m)
+    r0 = first
+    while r0 < end:  # a few blocks per part: not worth pipelining
+        rows = r0 + tl.arange(0, BR)[:, None]
+        row_ok = rows < end
+        leaf = tl.load(v_mat + rows * v_row_stride + c0 + ls, mask=row_ok & (ls < e0 - c0), other=0.0)
+        before = tl.load(v_mat + rows * v_row_stride + cols, mask=row_ok & (cols < c0), other=0.0)
+        after = tl.load(p_mat + rows * p_row_stride + cols, mask=row_ok & (cols >= e0) & (cols < w), other=0.0)
+        g = tl.dot(tl.trans(leaf), before + after, g, input_precision="tf32x3")
+        r0 += BR
+    out = part + pid_b * part_mat_stride + pid_r * BL * BW + tl.arange(0, BL)[:, None] * BW + cols
+    tl.store(out, g)
+
+
+@triton.jit(do_not_specialize=["p_off", "v_off", "t_off", "n_parts", "m", "c0", "e0", "w"])
+def _leaf_apply_kernel(
+    p,
+    p_off,
+    p_mat_stride,
+    p_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    t,
+    t_off,
+    t_mat_stride,
+    t_row_stride,
+    part,
+    part_mat_stride,
+    n_parts,
+    m,
+    c0,
+    e0,
+    w,
+    BR: tl.constexpr,
+    BL: tl.constexpr,
+    BW: tl.constexpr,
+    MERGE_T: tl.constexpr,
+):
+    """Sum G's partials; P[rows, e0:] -= V_leaf (T_leaf^T G[:, e0:]) for one row block; program 0 also
+    sets T[:c0, c0:e0] = -T[:c0, :c0] G[:, :c0]^T T_leaf (larft's merge of two reflector blocks)."""
+    pid_r = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    ls = tl.arange(0, BL)
+    cols = tl.arange(0, BW)
+    parts = part + pid_b * part_mat_stride + ls[:, None] * BW + cols[None, :]
+    g = tl.zeros([BL, BW], dtype=tl.float32)
+    i = 0
+    while i < n_parts:  # a few partials: not worth pipelining
+        g += tl.load(parts + i * BL * BW)
+        i += 1
+    wl = e0 - c0
+    t_mat = t + t_off + pid_b * t_mat_stride
+    leaf_t = tl.load(
+        t_mat + (c0 + ls[:, None]) * t_row_stride + c0 + ls[None, :],
+        mask=(ls[:, None] < wl) & (ls[None, :] < wl),
+        other=0.0,
+    )
+    rows = c0 + pid_r * BR + tl.arange(0, BR)[:, None]
+    v_mat = v + v_off + pid_b * v_mat_stride
+    p_mat = p + p_off + pid_b * p_mat_stride
+    after = (cols[None, :] >= e0) & (cols[None, :] < w)
+    coef = tl.dot(tl.trans(leaf_t), tl.where(after, g, 0.0), input_precision="tf32x3")
+    leaf = tl.load(v_mat + rows * v_row_stride + c0 + ls[None, :], mask=(rows < m) & (ls[None, :] < wl), other=0.0)
+    ptrs = p_mat + rows * p_row_stride + cols[None, :]
+    inside = (rows < m) & after
+    block = tl.load(ptrs, mask=inside, other=0.0)
+    tl.store(ptrs, tl.dot(leaf, -coef, block, input_precision="tf32x3"), mask=inside)
+    if MERGE_T:  # noqa: SIM102 (compile-time branch around a run-time one)
+        if pid_r == 0:
+            cross = tl.dot(tl.trans(tl.where(cols[None, :] < c0, g, 0.0)), leaf_t, input_precision="tf32x3")  # BW x BL
+            prior = tl.load(
+                t_mat + cols[:, None] * t_row_stride + cols[None, :],
+                mask=(cols[:, None] < c0) & (cols[None, :] < c0),
+                other=0.0,
+            )
+            merged = -tl.dot(prior, cross, input_precision="tf32x3")
+            t_ptrs = t_mat + cols[:, None] * t_row_stride + c0 + ls[None, :]
+            tl.store(t_ptrs, merged, mask=(cols[:, None] < c0) & (ls[None, :] < wl))
+
+
+def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0: int, merge_t: bool) -> None:
+    """After panel columns [c0, e0) were factored into ``v`` and ``t[:, c0:e0, c0:e0]``: apply those
+    reflectors to panel columns >= e0 and, with ``merge_t``, fill ``t[:, :c0, c0:e0]`` so that t is the
+    panel's T up to column e0. ``panel`` and ``v`` are b x m x w, ``t`` b x w x w; V must be zero
+    above each reflector's unit diagonal (rows < c0 of the leaf's columns are never read).
+    """
+    batch, m, w = panel.shape
+    rows = m - c0
+    block_w = max(16, triton.next_power_of_2(w))
+    block_l = max(16, triton.next_power_of_2(e0 - c0))
+    block_r = max(32, min(128, 8192 // block_w))  # an 8K-float tile of the panel per program
+    # The first launch sums G over at most 16 parts of the rows; every program of the second sums the parts.
+    part_rows = triton.cdiv(triton.cdiv(rows, 16), block_r) * block_r
+    n_parts = triton.cdiv(rows, part_rows)
+    part = panel.new_empty(batch, n_parts, block_l, block_w)
+    p_base, p_off = _base(panel)
+    v_base, v_off = _base(v)
+    t_base, t_off = _base(t)
+    warps = 4 if block_r * block_w <= 4096 else 8
+    common = (p_base, p_off, panel.stride(0), panel.stride(1), v_base, v_off, v.stride(0), v.stride(1))
+    _leaf_gram_kernel[(n_parts, batch)](
+        *common, part, part.stride(0), m, c0, e0, w, part_rows, BR=block_r // 2, BL=block_l, BW=block_w, num_warps=4
+    )
+    blocks = triton.cdiv(rows, block_r) if e0 < w else 1  # only the T merge (program 0) is left to do
+    _leaf_apply_kernel[(blocks, batch)](
+        *common, t_base, t_off, t.stride(0), t.stride(1), part, part.stride(0), n_parts, m, c0, e0, w,
+        BR=block_r, BL=block_l, BW=block_w, MERGE_T=merge_t and c0 > 0, num_warps=warps,
+    )  # fmt: skip
