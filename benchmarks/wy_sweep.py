@@ -192,23 +192,31 @@ def summary(cases: list, results: dict, log: Callable[[str], None]) -> None:
                 ranked.append((gm, name))
         if ranked:
             best[n] = min(ranked)[1]
-    log("\n== summary over the 12 benchmarks (ms per call)")
-    header = f"{'plan':<6}" + "".join(f"{c.label[:11]:>12}" for c in benches) + f"{'geomean':>10}"
+    log("\n== summary over the 12 benchmarks (ms per call; r- rows: worst scaled factor residual per benchmark)")
+    header = f"{'plan':<7}" + "".join(f"{c.label[:11]:>12}" for c in benches) + f"{'geomean':>10}"
     log(header)
     rows = {"old": {n: "old" for n in sizes}, "new": {n: "new" for n in sizes}, "best": best}
     for row, pick in rows.items():
-        ms = [results.get((c.n, pick.get(c.n, ""))) for c in benches]
-        times = [r.ms.get(c.label) if r else None for r, c in zip(ms, benches, strict=True)]
-        cells = "".join(f"{t:12.3f}" if t else f"{'-':>12}" for t in times)
+        picked = [results.get((c.n, pick.get(c.n, ""))) for c in benches]
+        times = [r.ms.get(c.label) if r else None for r, c in zip(picked, benches, strict=True)]
+        resid = [r.residual.get(f"bench:{c.label}") if r else None for r, c in zip(picked, benches, strict=True)]
         gm = f"{_geomean(times):10.3f}" if all(times) else f"{'-':>10}"
-        log(f"{row:<6}{cells}{gm}")
+        log(f"{row:<7}" + "".join(f"{t:12.3f}" if t else f"{'-':>12}" for t in times) + gm)
+        log(f"{'r-' + row:<7}" + "".join(f"{x:12.2f}" if x is not None else f"{'-':>12}" for x in resid))
+        tests = {k: v for (n, name), r in results.items() if name == pick.get(n) for k, v in r.residual.items()}
+        tests = {k: v for k, v in tests.items() if k.startswith("test:")}
+        failed = [k for (n, name), r in results.items() if name == pick.get(n) for k in r.failed]
+        total = len({c.label for c in cases if c.kind == "test"})  # a label shared by two specs keeps the worse
+        worst = max(tests.items(), key=lambda kv: kv[1], default=("-", math.nan))
+        passed = f"distinct test specs passed {len(tests)}/{total}, worst {worst[1]:.2f} ({worst[0]})"
+        log(f"{'':7}{row}: {passed}; failed: {failed or 'none'}")
     log("best per size: " + ", ".join(f"{n}: {name}" for n, name in best.items()))
     log("DEFAULT_PLANS for reference_kernels/blocked_wy/qr.py (sizes without a passing plan keep theirs):")
     for bound, plan in DEFAULT_PLANS:
         chosen = [n for n in best if n <= bound and default_plan(n) is plan]
         if chosen:
             plan = candidates(chosen[0])[best[chosen[0]]]
-        log(f"    ({bound}, {plan_source(plan)}),")
+        log(f"    ({'1 << 30' if bound >= 1 << 30 else bound}, {plan_source(plan)}),")
 
 
 def main() -> int:

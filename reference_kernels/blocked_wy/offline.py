@@ -51,7 +51,7 @@ def _specialise(fn: triton.runtime.jit.JITFunction, args: tuple, kwargs: dict) -
         signature[param.name] = kind
         if kind == "constexpr":
             constants[param.name] = value
-        elif attr:
+        elif isinstance(attr, str):  # "" included, as the launcher does: it is part of the cache key
             attrs[(i,)] = CUDABackend.parse_attr(attr)
     return signature, constants, attrs, options
 
