@@ -9,56 +9,35 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 from evaluator import __version__
-from evaluator.contestant import CONTESTANTS_DIR, Contestant, ContestantError, discover_contestants, resolve_contestant
+from evaluator.cli_args import (
+    EXIT_BAD_SHAPES,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    REPORTS_DIR,
+    UsageError,
+    add_run_options,
+    pick_device,
+    resolve_contestants,
+    results_path,
+    timing_overrides,
+)
+from evaluator.cloud.command import register as register_modal
 from evaluator.progress import ProgressLine
+from evaluator.report.command import register as register_report
+from evaluator.report.leaderboard import write_leaderboard
+from evaluator.report.tables import render_leaderboard, render_run
 from evaluator.results import RunResult, write_results
 from evaluator.runner import RunOptions, run_contestant
-from evaluator.shapes import ShapeFileError, ShapeSet, resolve_shapes
+from evaluator.score import rank
+from evaluator.shapes import ShapeFileError, resolve_shapes
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BAD_SHAPES = 0, 2, 112, 113
-REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO / "results"
-REPORTS_DIR = REPO / "reports"
 RUN_MODES = ("test", "benchmark", "leaderboard", "profile")
-
-
-class UsageError(Exception):
-    """Bad command line: reported with exit code 2."""
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _device(choice: str) -> str:
-    if choice == "auto":
-        return "cuda" if _cuda_available() else "cpu"
-    if choice == "cuda" and not _cuda_available():
-        raise UsageError("--device cuda: no CUDA device is available here")
-    return choice
-
-
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shapes", help="bundled shape set name (qr_v2, smoke) or a shape file path "
-                                    "(default: qr_v2 on CUDA, smoke on the CPU)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where kernels run (default: auto = CUDA when present)")
-    p.add_argument("--seed", type=int, help="combine every spec seed with this seed, as the contest's POPCORN_SEED")
-    p.add_argument("--json", type=Path, metavar="PATH",
-                   help="results file (default: results/<time>-<mode>-<shapes>.json)")
-    p.add_argument("--compat", action="store_true",
-                   help="the contest's exact protocol: no hardening rules, published checker path")
-    p.add_argument("--budget", type=float, metavar="S",
-                   help="per-case time budget of timed passes in seconds (deviates from the contest's 10/30 s)")
-    p.add_argument("--repeats", type=int, metavar="N", help="cap on timed repeats per case (deviates from the contest)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,66 +52,28 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_cmd_run)
         p.add_argument("contestants", nargs="+", metavar="CONTESTANT",
                        help="name under contestants/, a folder with submission.py, or a .py file")
-        _add_run_options(p)
+        add_run_options(p)
         if mode == "profile":
             p.add_argument("--profiler", action="store_true", help="also run under the torch profiler (CUDA)")
     p = sub.add_parser("rank", help="leaderboard run of contestants (default: all of contestants/) and a ranking")
     p.set_defaults(func=_cmd_rank)
     p.add_argument("contestants", nargs="*", metavar="CONTESTANT")
-    _add_run_options(p)
+    add_run_options(p)
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
                    help="folder for the leaderboard Markdown (default: reports/)")
-    from evaluator.report.command import register as register_report
-
     register_report(sub)
-    from evaluator.cloud.command import register as register_modal
-
     register_modal(sub)
     return parser
 
 
-def _timing_overrides(args: argparse.Namespace) -> dict[str, float | int]:
-    overrides: dict[str, float | int] = {}
-    if args.budget is not None:
-        if args.budget <= 0:
-            raise UsageError("--budget must be positive")
-        overrides.update(benchmark_budget_s=args.budget, leaderboard_budget_s=args.budget)
-    if args.repeats is not None:
-        if args.repeats < 1:
-            raise UsageError("--repeats must be at least 1")
-        overrides.update(benchmark_repeats=args.repeats, leaderboard_repeats=args.repeats)
-    return overrides
-
-
-def _resolve_all(refs: Sequence[str]) -> list[Contestant]:
-    try:
-        if refs:
-            return [resolve_contestant(r) for r in refs]
-        found = discover_contestants()
-    except ContestantError as exc:
-        raise UsageError(str(exc)) from exc
-    if not found:
-        raise UsageError(f"no contestants found under {CONTESTANTS_DIR}")
-    return found
-
-
-def _results_path(args: argparse.Namespace, mode: str, shapes: ShapeSet) -> Path:
-    if args.json is not None:
-        return args.json
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return RESULTS_DIR / f"{stamp}-{mode}-{shapes.name}.json"
-
-
 def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path]:
     """Run every contestant in turn, rewriting the results file after each finished case."""
-    from evaluator.report.tables import render_run
-
-    device = _device(args.device)
+    device = pick_device(args.device)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
-    contestants = _resolve_all(args.contestants)
+    contestants = resolve_contestants(args.contestants)
     options = RunOptions(device=device, seed=args.seed, compat=args.compat,
-                         profiler=getattr(args, "profiler", False), timing=_timing_overrides(args))
-    path = _results_path(args, mode, shapes)
+                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args))
+    path = results_path(args, mode, shapes)
     finished: list[RunResult] = []
     progress = ProgressLine()
 
@@ -156,23 +97,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_rank(args: argparse.Namespace) -> int:
-    from evaluator.report.tables import render_leaderboard, timing_label
-    from evaluator.score import rank
-
     runs, path = _run_all(args, "leaderboard")
     standings = rank(runs)
-    table = render_leaderboard(standings)
-    print(table)
+    print(render_leaderboard(standings))
     print(f"results: {path}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    first = runs[0]
-    md = args.out / f"leaderboard-{first.shapes['name']}-{first.device}.md"
-    md.write_text(
-        f"# Leaderboard: {first.shapes['name']} on {first.device}\n\n"
-        f"{timing_label(first)}; torch {first.environment.get('torch')}, triton {first.environment.get('triton')}; "
-        f"run {first.started_at}; results `{path.name}`.\n\n{render_leaderboard(standings, fmt='github')}\n"
-    )
-    print(f"leaderboard: {md}")
+    print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
 
 

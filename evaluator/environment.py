@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["fingerprint", "gpu_key"]
+__all__ = ["fingerprint", "git_state", "gpu_key"]
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,8 @@ def _run(args: list[str], cwd: Path | None = None) -> str | None:
     return out.stdout.strip()
 
 
-def _git() -> dict[str, Any]:
+def git_state() -> dict[str, Any]:
+    """The commit of the qrbench checkout and whether tracked files differ from it."""
     commit = _run(["git", "rev-parse", "HEAD"], cwd=_REPO)
     if commit is None:
         return {}
@@ -87,7 +88,7 @@ def fingerprint(device: torch.device | str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "triton": _version("triton"),
         "numpy": _version("numpy"),
-        **_git(),
+        **git_state(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
         index = device.index if device.index is not None else torch.cuda.current_device()

@@ -13,16 +13,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from evaluator.cli import (
+from evaluator.cli_args import (
     EXIT_FAILED,
     EXIT_OK,
     REPORTS_DIR,
     UsageError,
-    _add_run_options,
-    _device,
-    _resolve_all,
-    _results_path,
-    _timing_overrides,
+    add_run_options,
+    pick_device,
+    resolve_contestants,
+    results_path,
+    timing_overrides,
 )
 from evaluator.cloud import container
 from evaluator.cloud.dispatch import Dispatcher, DispatchError, LocalDispatcher, run_ranking
@@ -30,10 +30,11 @@ from evaluator.cloud.dryrun import render_plan
 from evaluator.cloud.jobs import plan_jobs
 from evaluator.cloud.pricing import container_price
 from evaluator.contestant import ContestantError
-from evaluator.report.tables import render_leaderboard, render_run, timing_label
+from evaluator.report.leaderboard import write_leaderboard
+from evaluator.report.tables import render_leaderboard, render_run
 from evaluator.results import RunResult, write_results
 from evaluator.runner import RunOptions
-from evaluator.score import Standing, rank
+from evaluator.score import rank
 from evaluator.shapes import resolve_shapes
 
 __all__ = ["register"]
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_rank)
     p.add_argument("contestants", nargs="*", metavar="CONTESTANT",
                    help="name under contestants/, a folder with submission.py, or a .py file (default: all)")
-    _add_run_options(p)
+    add_run_options(p)
     p.add_argument("--gpu", default=container.DEFAULT_GPU,
                    help="Modal GPU request: B200, H200, H100!, ... (default: %(default)s)")
     p.add_argument("--mode", choices=MODES, default="leaderboard", help="run mode (default: %(default)s)")
@@ -100,26 +101,13 @@ def _dispatcher(args: argparse.Namespace) -> Dispatcher:
     return ModalDispatcher(args.gpu, args.parallel, show_output=sys.stderr.isatty())
 
 
-def _write_leaderboard(runs: list[RunResult], standings: list[Standing], results: Path, out: Path) -> Path:
-    """The leaderboard Markdown, as ``qrbench rank`` writes it."""
-    first = runs[0]
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / f"leaderboard-{first.shapes['name']}-{first.device}.md"
-    md.write_text(
-        f"# Leaderboard: {first.shapes['name']} on {first.device}\n\n"
-        f"{timing_label(first)}; torch {first.environment.get('torch')}, triton {first.environment.get('triton')}; "
-        f"run {first.started_at}; results `{results.name}`.\n\n{render_leaderboard(standings, fmt='github')}\n"
-    )
-    return md
-
-
 def _cmd_rank(args: argparse.Namespace) -> int:
     _check(args)
-    device = _device(args.device) if args.local else ("cuda" if args.device == "auto" else args.device)
+    device = pick_device(args.device) if args.local else ("cuda" if args.device == "auto" else args.device)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
-    options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=_timing_overrides(args))
+    options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=timing_overrides(args))
     try:
-        jobs = plan_jobs(_resolve_all(args.contestants), args.mode, shapes, options,
+        jobs = plan_jobs(resolve_contestants(args.contestants), args.mode, shapes, options,
                          split_secret=not args.one_container)
     except ContestantError as exc:
         raise UsageError(str(exc)) from exc
@@ -128,7 +116,7 @@ def _cmd_rank(args: argparse.Namespace) -> int:
         print(render_plan(jobs, gpu, None if gpu is None else container_price(gpu, args.gpu_price)))
         return EXIT_OK
 
-    path = _results_path(args, args.mode, shapes)
+    path = results_path(args, args.mode, shapes)
     finished: dict[int, RunResult] = {}
 
     def save(index: int, run: RunResult) -> None:
@@ -145,5 +133,5 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     print(render_leaderboard(standings))
     print(f"results: {path}")
     if args.mode == "leaderboard":
-        print(f"leaderboard: {_write_leaderboard(runs, standings, path, args.out)}")
+        print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evaluator.contestant import SUBMISSION_FILE, Contestant, ContestantError
-from evaluator.environment import _git
+from evaluator.environment import git_state
 from evaluator.results import RunResult, StageResult
 from evaluator.runner import RunOptions, StagePlan, new_run, plan_stages, stage_limit_s
 from evaluator.shapes import ShapeSet
@@ -134,7 +134,7 @@ def plan_jobs(contestants: Sequence[Contestant], mode: str, shapes: ShapeSet, op
     """The jobs of a ranking: every contestant's public job first, then the secret passes (so a
     secret pass queued behind others can be skipped once its public stages have failed)."""
     shapes_yaml = shapes.path.read_text()
-    provenance = _git()
+    provenance = git_state()
     first: list[Job] = []
     second: list[Job] = []
     for index, contestant in enumerate(contestants):

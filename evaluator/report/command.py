@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evaluator.cli import RESULTS_DIR, UsageError
+from evaluator.cli_args import RESULTS_DIR, UsageError
 from evaluator.report.compare import NoiseRule, build_report
 from evaluator.results import RunResult, load_results
 
