@@ -220,22 +220,31 @@ def time_case(kernel: Kernel, case: Case, repeats: int, flush: torch.Tensor) -> 
     return statistics.median(times)
 
 
-def compiled_kernel_report(log: Log) -> None:
-    """Registers and spills of every Triton kernel variant blocked_wy compiled (best effort)."""
-    import reference_kernels.blocked_wy.kernels as k
+def compiled_kernel_report(log: Callable[[str], None]) -> list[str]:
+    """Log registers and spills of every Triton kernel variant blocked_wy compiled (best effort);
+    return the variants that spill."""
+    import triton
 
-    for fn in (k._panel_kernel, k._wy_update_kernel):
+    import reference_kernels.blocked_wy.kernels as k
+    import reference_kernels.blocked_wy.products as p
+
+    spilling = []
+    for fn in (obj for mod in (k, p) for obj in vars(mod).values() if isinstance(obj, triton.runtime.jit.JITFunction)):
         for cache, *_ in getattr(fn, "device_caches", {}).values():
             for compiled in cache.values():
                 try:
                     consts = {fn.arg_names[i[0]]: v for i, v in compiled.src.constants.items() if v is not None}
-                    shown = {key: v for key, v in consts.items() if key.isupper()}
-                    log(
-                        f"  {fn.__name__} {shown} warps={compiled.metadata.num_warps}"
+                    shown = {key: v for key, v in consts.items() if key.isupper() and key != "INTERPRETED"}
+                    line = (
+                        f"{fn.__name__} {shown} warps={compiled.metadata.num_warps}"
                         f" regs={compiled.n_regs} spills={compiled.n_spills} smem={compiled.metadata.shared}"
                     )
+                    log(f"  {line}")
+                    if compiled.n_spills:
+                        spilling.append(line)
                 except Exception as error:  # noqa: BLE001 (diagnostics only)
                     log(f"  {fn.__name__}: {error!r}")
+    return spilling
 
 
 def table(results: dict[str, Result], benches: list[Case], reference_ms: dict[str, float], log: Log) -> None:

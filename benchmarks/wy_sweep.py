@@ -119,7 +119,7 @@ def run_prewarm(shapes: list[tuple[int, int]], log: Callable[[str], None], timeo
 def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], began: float) -> None:
     """The GPU part; ``cases`` are kernel_dev's Case objects for the shape file."""
     import torch
-    from kernel_dev import Result, check_case, l2_flush_buffer, sticky, time_case
+    from kernel_dev import Result, check_case, compiled_kernel_report, l2_flush_buffer, sticky, time_case
 
     from reference_kernels.blocked_wy import clear_graphs, qr
 
@@ -153,7 +153,10 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
                 break
         clear_graphs()
         torch.cuda.empty_cache()
+    log("\nblocked_wy compiled kernels:")
+    spilling = compiled_kernel_report(log)
     summary(cases, results, log)
+    log(f"compiled kernels that spill: {len(spilling)}" + "".join(f"\n  {line}" for line in spilling))
 
 
 def _passed(result, n: int, cases: list) -> bool:
