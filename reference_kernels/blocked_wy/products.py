@@ -33,7 +33,7 @@ def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols
     return tl.dot(tl.trans(vv), cc, acc, input_precision="tf32x3")
 
 
-@triton.jit(do_not_specialize=["c_off", "v_off", "t_off", "m", "ncols"])  # as _panel_kernel's
+@triton.jit(do_not_specialize=["c_off", "v_off", "t_off"])  # as _panel_kernel's (m, ncols stay: spills without)
 def _project_kernel(
     c,
     c_off,
@@ -82,7 +82,7 @@ def _project_kernel(
     tl.store(w + pid_b * w_mat_stride + ks[:, None] * ncols + cols[None, :], out, mask=col_ok)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "m", "ncols"])
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off"])
 def _subtract_kernel(
     src,
     src_off,
