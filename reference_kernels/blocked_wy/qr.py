@@ -73,13 +73,15 @@ class Plan:
 # The plan for n <= each bound (first match). Predictions and the measurements behind them:
 # reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
-    (128, Plan(nb=32, leaf=32)),  # one program per matrix (whole_max)
+    # Picked per size from the H200 sweep of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the
+    # fastest plan that passed every qr_v2 spec of its size with residual <= 4.
+    (128, Plan(nb=32, leaf=32, one_reduction=False)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3")),
     (511, Plan(nb=32, leaf=32, update="tf32x3")),
-    (1023, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),
-    (2047, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),
-    (4095, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),  # leaves of 16 while m > 1024
-    (1 << 30, Plan(nb=64, leaf=32, update="tf32x3", inner="triton")),  # leaves of 8, 16 and 32 as m shrinks
+    (1023, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
+    (2047, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
+    (4095, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
+    (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton")),  # leaves of 8, 16 and 32 as m shrinks
 )
 
 
