@@ -143,6 +143,6 @@ def cholesky_qr(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> CholQR:
 
     ok = [i for i, p in enumerate(passes) if p > 0]
     if len(ok) < len(index):
-        rows = torch.tensor(ok, device=a.device)
+        rows = torch.tensor(ok, dtype=torch.long, device=a.device)  # from an empty list: float
         q, r = q[rows], r[rows]
     return CholQR([index[i] for i in ok], q, r, [passes[i] for i in ok])
