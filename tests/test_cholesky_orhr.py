@@ -9,6 +9,7 @@ that large ones take with the default plan; by default n <= 32 first tries the o
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
@@ -29,10 +30,18 @@ import triton  # noqa: E402
 import reference_kernels.cholesky_orhr.kernels as kernels  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: E402
-from reference_kernels.cholesky_orhr.cholqr import cholesky_inverse, orthogonality_loss, tight_loss  # noqa: E402
+from reference_kernels.cholesky_orhr.cholqr import (  # noqa: E402
+    cholesky_inverse,
+    orthogonality_loss,
+    probe_matrix,
+    tight_loss,
+)
 from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
+from reference_kernels.cholesky_orhr.pipeline import SecondPass  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
 
+# The submodule, for monkeypatching: the package attribute ``qr`` is the function.
+qr_module = importlib.import_module("reference_kernels.cholesky_orhr.qr")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20
 EPS32 = torch.finfo(torch.float32).eps
@@ -126,6 +135,33 @@ def test_a_whole_batch_can_fall_back() -> None:
     _check(a, (h, tau))
 
 
+def test_second_pass_failure_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matrices whose second pass fails its test (forced here) go to blocked_wy, the others keep
+    their routes."""
+    real = qr_module.second_pass
+
+    def failing(*args: object, **kwargs: object) -> SecondPass:
+        out = real(*args, **kwargs)
+        return SecondPass(out.h, out.tau, torch.zeros_like(out.ok))
+
+    monkeypatch.setattr(qr_module, "second_pass", failing)
+    a = torch.cat([generate_input(2, 48, 1, 4470, "dense"), generate_input(2, 48, 0, 4471, "nearcollinear")])
+    h, tau, routes = qr_routed(a, PLAN16)
+    assert routes.tolist() == [Route.CHOLESKY, Route.CHOLESKY, Route.FALLBACK, Route.FALLBACK]
+    _check(a, (h, tau))
+
+
+def test_whole_matrix_path_declines_into_the_general_path() -> None:
+    """n <= 32 with one matrix the one-kernel path declines: the batch takes the general path."""
+    a = generate_input(3, 20, 1, 4480, "dense")
+    a[1, :, 15:] = 0.0
+    h, tau, routes = qr_routed(a)
+    assert routes.tolist() == [Route.CHOLESKY] * 3
+    _check(a, (h, tau))
+    assert torch.all(h[1, :, 15:] == 0.0)
+    assert torch.all(tau[1, 15:] == 0.0)
+
+
 def test_second_pass_only_where_needed() -> None:
     """nearcollinear needs the second CholeskyQR pass; the dense matrices beside it do not."""
     dense = generate_input(2, 48, 1, 4500, "dense")
@@ -189,10 +225,17 @@ def test_orthogonality_loss_tracks_the_frobenius_norm() -> None:
     bent = q @ (torch.eye(60, dtype=torch.float64) + scales[:, None, None] * low_rank @ low_rank.mT)
     bent[4:] = q[4:] + scales[4:, None, None] * torch.randn(2, 80, 60, dtype=torch.float64, generator=gen)
     exact = torch.linalg.matrix_norm(bent.mT @ bent - torch.eye(60, dtype=torch.float64))
-    ratio = orthogonality_loss(bent.to(DEVICE)).cpu() / exact
+    probes = probe_matrix(60, DEVICE)
+    ratio = orthogonality_loss(bent.to(DEVICE), probes).cpu() / exact
     assert torch.all((ratio > 0.5) & (ratio < 2.0)), ratio
     bent[0, 3, 3] = float("nan")
-    assert orthogonality_loss(bent.to(DEVICE))[0] == float("inf")
+    assert orthogonality_loss(bent.to(DEVICE), probes)[0] == float("inf")
+    live = torch.ones(6, 60, dtype=torch.bool, device=DEVICE)
+    live[1:, 50:] = False  # the loss over the first 50 columns, the others zeroed
+    trimmed = bent.to(DEVICE) * live[:, None, :]
+    partial = torch.linalg.matrix_norm(bent[1:, :, :50].mT @ bent[1:, :, :50] - torch.eye(50, dtype=torch.float64))
+    ratio = orthogonality_loss(trimmed, probes, live)[1:].cpu() / partial
+    assert torch.all((ratio > 0.5) & (ratio < 2.0)), ratio
 
 
 def test_block_skipping_products() -> None:
@@ -294,16 +337,17 @@ _LAUNCHES = [
     # Integer arguments equal to 1 are specialised as constants by the launcher: n = 1, k = 1.
     (kernels._whole_kernel, {"a": "*fp32", "h": "*fp32", "tau": "*fp32", "done": "*i8", "tight": "fp32"},
      {"n": 1, "BLOCK": 16}, 1),
-    (kernels._assemble_kernel,
-     {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i64", "h": "*fp32",
-      "tau_out": "*fp32", "m": "i32"},
-     {"k": 1, "BLOCK": 32}, 4),
     (kernels._classify_kernel, {"a": "*fp32", "nonzero": "*i8", "below": "*i8", "n": "i32"},
      {"BLOCK_R": 64, "BLOCK_C": 32}, 4),
     (kernels._assemble_kernel,
-     {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i64", "h": "*fp32",
-      "tau_out": "*fp32", "m": "i32", "k": "i32"},
+     {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i32", "width": "*i32", "a": "*fp32",
+      "h": "*fp32", "tau_out": "*fp32", "n": "i32"},
      {"BLOCK": 32}, 4),
+    # n = 1 is specialised as a constant by the launcher.
+    (kernels._assemble_kernel,
+     {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i32", "width": "*i32", "a": "*fp32",
+      "h": "*fp32", "tau_out": "*fp32"},
+     {"n": 1, "BLOCK": 32}, 4),
 ]  # fmt: skip
 
 
@@ -354,6 +398,22 @@ def test_qr_v2_benchmark_shapes(batch: int, n: int, cond: int, seed: int, case: 
     a = generate_input(batch, n, cond, seed + 42, case)
     _check(a, qr(a))
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_graphs_replay_other_data_and_subsets() -> None:
+    """The captured passes give each call's own answer: new data at one shape, second-pass
+    sub-batches of different sizes (padded graphs), fresh outputs every call."""
+    dense = generate_input(8, 96, 1, 5100, "dense")
+    collinear = generate_input(8, 96, 0, 5101, "nearcollinear")
+    outputs = []
+    for count in (1, 3, 8, 2):
+        a = torch.cat([collinear[:count], dense[count:]])
+        h, tau, routes = qr_routed(a)
+        _check(a, (h, tau))
+        assert all(r == Route.CHOLESKY for r in routes[count:].tolist())
+        outputs.append(h)
+    assert len({h.data_ptr() for h in outputs}) == len(outputs)
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ into a one-file contest submission, blocked_wy's (the fallback) first.
 
 from reference_kernels.blocked_wy import EXPORT_MODULES as _BLOCKED_WY_MODULES
 from reference_kernels.cholesky_orhr.plan import Plan, default_plan
-from reference_kernels.cholesky_orhr.qr import Route, qr, qr_routed
+from reference_kernels.cholesky_orhr.qr import Route, clear_graphs, qr, qr_routed
 
 EXPORT_MODULES = (
     *_BLOCKED_WY_MODULES,
@@ -18,7 +18,9 @@ EXPORT_MODULES = (
     "reference_kernels.cholesky_orhr.plan",
     "reference_kernels.cholesky_orhr.cholqr",
     "reference_kernels.cholesky_orhr.orhr",
+    "reference_kernels.cholesky_orhr.pipeline",
+    "reference_kernels.cholesky_orhr.graphs",
     "reference_kernels.cholesky_orhr.qr",
 )
 
-__all__ = ["EXPORT_MODULES", "Plan", "Route", "default_plan", "qr", "qr_routed"]
+__all__ = ["EXPORT_MODULES", "Plan", "Route", "clear_graphs", "default_plan", "qr", "qr_routed"]

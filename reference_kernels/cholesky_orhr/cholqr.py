@@ -1,16 +1,18 @@
-"""CholeskyQR with an FP64 first pass and a per-matrix accuracy test: A = Q R, Q orthonormal.
+"""One FP64 CholeskyQR pass and its per-matrix accuracy test, without a host synchronisation.
 
-Pass 1 runs entirely in FP64: G = A^T A, G = R1^T R1, Q1 = A R1^-1. Its loss of orthogonality
-E = Q1^T Q1 - I grows like eps64 * kappa(A)^2 instead of eps32 * kappa(A)^2, so for well-conditioned
-matrices (dense, band, clustered: observed ||E||_F ~ 1e-9) Q1 rounded to FP32 is already as
-orthonormal as the checker asks and pass 2 is skipped. The factor residual needs no test: Q1 R1 = A
-to FP64 accuracy whatever E is (Q1^T A - R1 = E R1 = -R1^-T dG, of order eps64 * kappa * ||A||).
+A pass is G = A^T A, G = R^T R, Q = A R^-1, all in FP64. Its loss of orthogonality E = Q^T Q - I
+grows like eps64 * kappa(A)^2 instead of eps32 * kappa(A)^2, so for well-conditioned matrices
+(dense, band, clustered: observed ||E||_F ~ 1e-9) one pass, rounded to FP32, is as orthonormal as
+the checker asks. The factor residual needs no test: Q R = A to FP64 accuracy whatever E is
+(Q^T A - R = E R = -R^-T dG, of order eps64 * kappa * ||A||).
 
 The test estimates ||E||_F from ``PROBES`` fixed Gaussian vectors (two skinny products, not a
-k^3 Gram matrix): at most ``tight_loss(k)`` ends the matrix; up to ``LOOSE`` it takes a second FP64
-pass, which is tested the same way; anything else (a Cholesky pivot that is not positive, a loss
-too large: nearrank, exactly dependent columns) is reported as failed for the caller to route
-elsewhere. Every decision is made per matrix from its own numbers.
+k^3 Gram matrix). The caller compares it with ``tight_loss`` (final) and ``LOOSE`` (a second pass
+on Q restores orthogonality); anything above, or a pivot that is not positive, goes elsewhere.
+
+Exact zero columns past a matrix's width (rankdef) would make G singular: their diagonal entries
+of G become 1, so R = diag(R1, I), Q = [Q1, 0], and the test ignores them. A whole batch therefore
+runs at one shape, whatever each matrix's width: the pass can be captured in a CUDA graph.
 
 Cholesky and the triangular inverse are one recursion on column halves: the leaves are Triton
 kernels, everything else is a batched product (cuBLAS), because cuSOLVER's batched Cholesky and
@@ -20,7 +22,6 @@ triangular solves run several times slower than a product of the same size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +29,16 @@ from reference_kernels.cholesky_orhr.kernels import cholesky_block
 from reference_kernels.cholesky_orhr.plan import DEFAULT_PLAN, Plan
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular, split_point
 
-__all__ = ["LOOSE", "PROBES", "CholQR", "cholesky_inverse", "cholesky_qr", "orthogonality_loss", "tight_loss"]
+__all__ = [
+    "LOOSE",
+    "PROBES",
+    "cholesky_inverse",
+    "cholesky_pass",
+    "orthogonality_loss",
+    "probe_matrix",
+    "tight_loss",
+    "times_upper",
+]
 
 # Probe vectors of the orthogonality estimate: E[estimate^2] = ||E||_F^2, and with 16 probes the
 # estimate falls below a quarter of ||E||_F with probability ~1e-8 (chi-square, 16 degrees).
@@ -38,19 +48,27 @@ LOOSE = 0.5
 _EPS32 = torch.finfo(torch.float32).eps
 
 
-def tight_loss(k: int) -> float:
-    """||E||_F at or below which Q is final. The checker's orthogonality measure is
+def tight_loss(k: int | torch.Tensor) -> float | torch.Tensor:
+    """||E||_F at or below which Q (k columns) is final. The checker's orthogonality measure is
     ||E||_1 / (n eps32) <= sqrt(n) ||E||_F / (n eps32): this keeps it at 4 or less (gate: 100)."""
+    if isinstance(k, torch.Tensor):
+        return 4.0 * _EPS32 * k.to(torch.float64).sqrt()
     return 4.0 * math.sqrt(k) * _EPS32
 
 
-def orthogonality_loss(q: torch.Tensor) -> torch.Tensor:
-    """Estimate of ||Q^T Q - I||_F for every Q of ``q`` (b x m x k, FP64): ||(Q^T Q - I) W||_F /
-    sqrt(PROBES) for a fixed k x PROBES Gaussian W. Non-finite Q reads as an infinite loss."""
-    k = q.shape[-1]
-    generator = torch.Generator(device=q.device).manual_seed(20240601)
-    probes = torch.randn((k, PROBES), generator=generator, dtype=q.dtype, device=q.device)
-    residual = torch.bmm(q.mT, torch.matmul(q, probes)) - probes
+def probe_matrix(k: int, device: torch.device) -> torch.Tensor:
+    """The fixed k x PROBES FP64 Gaussian probes (drawn on the CPU: the same on every device, and
+    made once outside any graph capture)."""
+    generator = torch.Generator().manual_seed(20240601)
+    return torch.randn((k, PROBES), generator=generator, dtype=torch.float64).to(device)
+
+
+def orthogonality_loss(q: torch.Tensor, probes: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
+    """Estimate of ||Q^T Q - I||_F for every Q of ``q`` (b x m x k, FP64), over the columns ``live``
+    (b x k bool; default all): ||D (Q^T Q - I) D W||_F / sqrt(PROBES) for the probes W (k x PROBES)
+    and D = diag(live), with the columns of Q outside ``live`` zero. Non-finite Q reads as infinite."""
+    identity = probes if live is None else live[:, :, None].to(probes.dtype) * probes
+    residual = torch.bmm(q.mT, torch.matmul(q, probes)) - identity
     loss = torch.linalg.vector_norm(residual, dim=(1, 2)) / math.sqrt(PROBES)
     return torch.nan_to_num(loss, nan=math.inf)
 
@@ -89,60 +107,21 @@ def cholesky_inverse(g: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> tuple[torch.
     return g, x, failed.bool()
 
 
-@dataclass
-class CholQR:
-    """Outcome of :func:`cholesky_qr`: ``index``, the positions in the input batch of the matrices
-    that succeeded, their Q (b' x m x k) and R (b' x k x k) in FP64, and the passes each took."""
-
-    index: list[int]
-    q: torch.Tensor
-    r: torch.Tensor
-    passes: list[int]
-
-
-def _gram(a: torch.Tensor, plan: Plan) -> torch.Tensor:
-    g = torch.empty((a.shape[0], a.shape[2], a.shape[2]), dtype=a.dtype, device=a.device)
-    gram_upper(a, g, block=plan.block)
-    return g
-
-
-def _times_upper(a: torch.Tensor, x: torch.Tensor, plan: Plan) -> torch.Tensor:
+def times_upper(a: torch.Tensor, x: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """A X for X upper triangular, into a fresh tensor."""
     out = torch.empty((a.shape[0], a.shape[1], x.shape[2]), dtype=a.dtype, device=a.device)
     right_triangular(a, x, out, upper=True, block=plan.block)
     return out
 
 
-def cholesky_qr(a: torch.Tensor, plan: Plan = DEFAULT_PLAN) -> CholQR:
-    """QR of every matrix of ``a`` (b x m x k, m >= k, FP32) by CholeskyQR, see the module notes.
-
-    Matrices that fail are left out of the result. Synchronises with the host twice (which
-    matrices go on after each test), three times if any matrix takes the second pass.
-    """
-    a64 = a.to(torch.float64, memory_format=torch.contiguous_format)
-    tight = tight_loss(a64.shape[-1])
-    r, x, failed = cholesky_inverse(_gram(a64, plan), plan)
-    alive = torch.nonzero(~failed).flatten()
-    index = alive.tolist()
-    if len(index) < a64.shape[0]:
-        a64, r, x = a64[alive], r[alive], x[alive]
-    q = _times_upper(a64, x, plan)
-    loss = orthogonality_loss(q).tolist()
-    passes = [1 if value <= tight else 0 for value in loss]
-
-    redo = [i for i, value in enumerate(loss) if tight < value <= LOOSE]
-    if redo:
-        rows = torch.tensor(redo, device=a.device)
-        q1 = q[rows]
-        r2, x2, failed2 = cholesky_inverse(_gram(q1, plan), plan)
-        q2 = _times_upper(q1, x2, plan)
-        good = (~failed2 & (orthogonality_loss(q2) <= tight)).tolist()
-        q[rows] = q2
-        r[rows] = _times_upper(r2, r[rows], plan)
-        for i, ok in zip(redo, good, strict=True):
-            passes[i] = 2 if ok else 0
-
-    ok = [i for i, p in enumerate(passes) if p > 0]
-    if len(ok) < len(index):
-        rows = torch.tensor(ok, dtype=torch.long, device=a.device)  # from an empty list: float
-        q, r = q[rows], r[rows]
-    return CholQR([index[i] for i in ok], q, r, [passes[i] for i in ok])
+def cholesky_pass(
+    a: torch.Tensor, dead: torch.Tensor, plan: Plan = DEFAULT_PLAN
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Q, R, failed) of one CholeskyQR pass over every matrix of ``a`` (b x m x k, FP64), where
+    ``dead`` (b x k bool) marks exact zero columns (all after the matrix's last non-zero one): they
+    get R = I on their diagonal block and Q = 0. Queues work only; no host synchronisation."""
+    g = torch.empty((a.shape[0], a.shape[2], a.shape[2]), dtype=a.dtype, device=a.device)
+    gram_upper(a, g, block=plan.block)
+    g.diagonal(dim1=1, dim2=2).add_(dead.to(g.dtype))
+    r, x, failed = cholesky_inverse(g, plan)
+    return times_upper(a, x, plan), r, failed

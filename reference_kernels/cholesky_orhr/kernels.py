@@ -6,7 +6,7 @@ is a batched matrix product in ``cholqr.py`` / ``orhr.py``; what is left for Tri
 - ``classify``: per column, "any non-zero at all" and "any non-zero below the diagonal" (routing);
 - ``cholesky_block``: Cholesky factor and its inverse of one diagonal block (a recursion leaf);
 - ``lu_block``: the ORHR sign-choosing LU of one diagonal block, with both triangular inverses;
-- ``assemble``: H = strict-lower(V) + S R and tau, scattered into the output batch;
+- ``assemble``: H = strict-lower(V) + S R and tau (or H = A for the triangular route), one pass;
 - ``whole_qr``: for n <= 32, all of the above for one matrix in one program (products by FP64
   ``tl.dot``), which removes the launches and host synchronisations that dominate small problems.
 
@@ -328,25 +328,28 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
 
 
 @triton.jit
-def _assemble_kernel(
-    w, r, sign, tau, index, h, tau_out, m, k, BLOCK: tl.constexpr,
-):
+def _assemble_kernel(w, r, sign, tau, index, width, a, h, tau_out, n, BLOCK: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     r2 = rows[:, None]
     c2 = cols[None, :]
     dst = tl.load(index + pid).to(tl.int64)
+    k = tl.load(width + pid)
+    inside = (r2 < n) & (c2 < n)
     lower = r2 > c2
-    v = tl.load(w + pid * m * k + r2 * k + c2, mask=lower & (r2 < m) & (c2 < k), other=0.0)
-    upper = (r2 <= c2) & (c2 < k)
-    rr = tl.load(r + pid * k * k + r2 * k + c2, mask=upper, other=0.0)
-    s = tl.load(sign + pid * k + rows, mask=rows < k, other=0.0)
+    live = c2 < k  # columns past the width are exact zeros of A: zero reflectors, zero R
+    v = tl.load(w + pid * n * n + r2 * n + c2, mask=inside & lower & live, other=0.0)
+    rr = tl.load(r + pid * n * n + r2 * n + c2, mask=inside & (r2 <= c2) & live, other=0.0)
+    s = tl.load(sign + pid * n + rows, mask=rows < n, other=0.0)
     out = tl.where(lower, v.to(tl.float64), s[:, None].to(tl.float64) * rr.to(tl.float64))
-    tl.store(h + dst * m * m + r2 * m + c2, out.to(h.dtype.element_ty), mask=(r2 < m) & (c2 < m))
+    # width < 0: nothing below the diagonal, geqrf's answer is H = A, tau = 0.
+    original = tl.load(a + dst * n * n + r2 * n + c2, mask=inside & (k < 0), other=0.0)
+    out = tl.where(k < 0, original.to(tl.float64), out)
+    tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=inside)
     if tl.program_id(1) == 0:
-        t = tl.load(tau + pid * k + cols, mask=cols < k, other=0.0)
-        tl.store(tau_out + dst * m + cols, t, mask=cols < m)
+        t = tl.load(tau + pid * n + cols, mask=cols < k, other=0.0)
+        tl.store(tau_out + pid * n + cols, t, mask=cols < n)
 
 
 def assemble(
@@ -355,13 +358,17 @@ def assemble(
     sign: torch.Tensor,
     tau: torch.Tensor,
     index: torch.Tensor,
+    width: torch.Tensor,
+    a: torch.Tensor,
     h: torch.Tensor,
     tau_out: torch.Tensor,
 ) -> None:
-    """Write H[index[i]] = strict-lower(W[i]) + S[i] R[i] and tau_out[index[i]] = tau[i] (zero
-    past column k), for W b x m x k (ORHR LU), R b x k x k, S and tau b x k, H b' x m x m."""
-    _check_contiguous(w, r, sign, tau, index, h, tau_out)
-    batch, m, k = w.shape
+    """H[i] = strict-lower(W[i]) + S[i] R[i] on columns < width[i] and zero past them, tau_out[i] =
+    tau[i] likewise; where width[i] < 0 instead H[i] = a[index[i]], tau_out[i] = 0. W (ORHR LU),
+    R, H are b x n x n, S, tau, tau_out b x n, ``index`` and ``width`` (int32) b, ``a`` b' x n x n.
+    One pass, so the triangular route and the zero columns cost no extra copies."""
+    _check_contiguous(w, r, sign, tau, index, width, a, h, tau_out)
+    batch, n, _ = w.shape
     block = 32
-    grid = (batch, triton.cdiv(m, block), triton.cdiv(m, block))
-    _assemble_kernel[grid](w, r, sign, tau, index, h, tau_out, m, k, BLOCK=block)
+    grid = (batch, triton.cdiv(n, block), triton.cdiv(n, block))
+    _assemble_kernel[grid](w, r, sign, tau, index, width, a, h, tau_out, n, BLOCK=block)

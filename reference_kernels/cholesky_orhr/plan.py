@@ -9,8 +9,9 @@ from reference_kernels.cholesky_orhr.products import BLOCK
 
 __all__ = ["DEFAULT_PLAN", "Plan", "default_plan"]
 
-# batch * n^3 below which a call is bound by host launch time rather than GPU work: about 4 flops
-# per unit, so 1e10 is ~1 ms of products at ~50 TFLOP/s, against ~100-200 launches of ~7 us.
+# batch * n^3 below which a call is bound by host launch time rather than GPU work when launched
+# eagerly: about 4 flops per unit, so 1e10 is ~1 ms of products at ~50 TFLOP/s, against ~100-200
+# launches. Kept for the graphed path until orhr_dev.py's leaf sweep says otherwise.
 _HOST_BOUND_WORK = 1e10
 
 
@@ -19,11 +20,14 @@ class Plan:
     """- ``leaf``: width of the diagonal blocks the Triton kernels factor (Cholesky and LU leaves).
     - ``block``: narrowest operand the block-skipping products of ``products.py`` still split.
     - ``whole_max``: matrices with n <= whole_max first try the one-kernel path (0: never).
+    - ``graph``: on CUDA, replay the fixed-shape passes as CUDA graphs (False: launch them eagerly,
+      to compare or profile).
     """
 
     leaf: int = DEFAULT_LEAF
     block: int = BLOCK
     whole_max: int = MAX_WHOLE
+    graph: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.leaf <= MAX_LEAF:

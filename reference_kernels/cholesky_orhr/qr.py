@@ -1,54 +1,46 @@
 """Batched compact Householder QR by CholeskyQR + Householder reconstruction, routed per matrix.
 
-Every matrix is routed on its own structure and its own numbers:
+Every matrix is routed on its own structure and its own numbers (see ``pipeline.Route``):
 
 - ``TRIANGULAR``: nothing below the diagonal (upper, diagonal, zero). geqrf's answer is exact and
   free: every reflector is the identity, H = A, tau = 0.
 - ``CHOLESKY`` / ``CHOLESKY2``: CholeskyQR (one or two FP64 passes, ``cholqr.py``), then ORHR
   (``orhr.py``). A matrix whose only zero columns are trailing (rankdef) is, for geqrf, the QR of
-  its leading k non-zero columns followed by identity reflectors; it goes this way with width k,
-  so exact zero columns never reach a Gram matrix.
+  its leading k non-zero columns followed by identity reflectors (H and tau zero there).
 - ``FALLBACK``: blocked Householder QR, for a zero column followed by non-zero ones, and for
   matrices whose CholeskyQR broke down or failed the accuracy test (nearrank: kappa ~ 1e8).
 
-Matrices of one route and width are processed as one batch. Small matrices (n <= ``Plan.whole_max``)
-first try the whole algorithm in one kernel (``kernels.whole_qr``: one FP64 CholeskyQR pass, the
-exact orthogonality test, ORHR); only those it declines take the routes above. The routing
-decisions synchronise with the host a few times per call; all work is on the current stream and
-complete on return.
+A call runs ``pipeline.first_pass`` on the whole batch (on CUDA a graph captured once per shape,
+device and plan), reads the per-matrix status (the one host synchronisation of the common case),
+and only then touches the matrices that need more: ``second_pass`` for a sub-batch padded to a
+power of two (also graphed, one graph per padded size; a second synchronisation reads its test),
+then blocked_wy for the fallback. Small matrices (n <= ``Plan.whole_max``) first try the whole
+algorithm in one kernel (``kernels.whole_qr``); if it declines any, the batch takes the general
+path. Outputs are fresh tensors; all work is on the current stream and complete on return.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from enum import IntEnum
 
 import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
-from reference_kernels.cholesky_orhr.cholqr import cholesky_qr, tight_loss
-from reference_kernels.cholesky_orhr.kernels import assemble, classify, whole_qr
-from reference_kernels.cholesky_orhr.orhr import orhr
+from reference_kernels.cholesky_orhr.cholqr import probe_matrix, tight_loss
+from reference_kernels.cholesky_orhr.graphs import Graphed
+from reference_kernels.cholesky_orhr.kernels import whole_qr
+from reference_kernels.cholesky_orhr.pipeline import FirstPass, Route, SecondPass, first_pass, second_pass
 from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 
-__all__ = ["Route", "qr", "qr_routed"]
-
-
-class Route(IntEnum):
-    """How one matrix was factored (see the module notes)."""
-
-    TRIANGULAR = 0
-    CHOLESKY = 1
-    CHOLESKY2 = 2
-    FALLBACK = 3
+__all__ = ["Route", "clear_graphs", "qr", "qr_routed"]
 
 
 @contextmanager
 def _call_state(device: torch.device) -> Iterator[None]:
     """The process state a call needs, restored afterwards: FP32 products at full precision whatever
     the process chose (TF32 fails the factor gate), and on CUDA the input's device as the current
-    one (Triton launches on the current device)."""
+    one (Triton launches and graphs use the current device)."""
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [b.fp32_precision for b in backends]
     try:
@@ -61,62 +53,80 @@ def _call_state(device: torch.device) -> Iterator[None]:
             b.fp32_precision = value
 
 
-def _structure(a: torch.Tensor) -> tuple[list[bool], list[bool], list[int]]:
-    """Per matrix: (upper triangular, a zero column before a non-zero one, 1 + last non-zero column)."""
-    nonzero, below = classify(a)
-    n = a.shape[-1]
-    position = torch.arange(1, n + 1, device=a.device)
-    width = torch.where(nonzero, position, 0).amax(dim=1)
-    gap = (~nonzero & (position <= width[:, None])).any(dim=1)
-    triangular = ~below.any(dim=1)
-    flags = torch.stack([triangular.long(), gap.long(), width]).cpu()
-    return flags[0].bool().tolist(), flags[1].bool().tolist(), flags[2].tolist()
+class _Runner:
+    """The passes for one (shape, device, plan): graphed on CUDA when the plan says so (and not
+    inside someone else's capture), else eager with the same single synchronisation."""
+
+    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
+        self.plan = plan
+        self.batch = like.shape[0]
+        self.probes = probe_matrix(like.shape[-1], like.device)
+        self.graph = plan.graph and like.is_cuda and not torch.cuda.is_current_stream_capturing()
+        self._first: Graphed[FirstPass] | None = None
+        self._second: dict[int, Graphed[SecondPass]] = {}
+
+    def _first_eager(self, a: torch.Tensor) -> FirstPass:
+        return first_pass(a, self.probes, self.plan)
+
+    def first(self, a: torch.Tensor) -> FirstPass:
+        if not self.graph:
+            return self._first_eager(a)
+        if self._first is None:
+            self._first = Graphed(self._first_eager, a)
+        return self._first(a)
+
+    def second(self, first: FirstPass, rows: list[int]) -> SecondPass:
+        """Pass 2 for ``rows``; the result's first len(rows) entries are theirs."""
+        device = first.h.device
+        if not self.graph:
+            return second_pass(first, torch.tensor(rows, dtype=torch.long, device=device), self.probes, self.plan)
+        size = min(self.batch, 1 << (len(rows) - 1).bit_length())
+        index = torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
+        if size not in self._second:
+            # Reads the first pass's captured Q and R: ``first`` is that graph's output here.
+            self._second[size] = Graphed(lambda i: second_pass(first, i, self.probes, self.plan), index)
+        return self._second[size](index)
 
 
-def _cholesky_orhr(
-    a: torch.Tensor, index: list[int], k: int, plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
-) -> list[int]:
-    """Factor matrices ``index`` of ``a`` through their first k columns into ``h``/``tau``; returns
-    the indices that failed the CholeskyQR tests."""
-    sub = a if len(index) == a.shape[0] else a[torch.tensor(index, device=a.device)]
-    result = cholesky_qr(sub[:, :, :k], plan)
-    done = [index[i] for i in result.index]
-    if done:
-        w, tau_k, sign = orhr(result.q.to(torch.float32), plan)
-        assemble(w, result.r, sign, tau_k, torch.tensor(done, device=a.device), h, tau)
-        routes[done] = torch.tensor(result.passes, dtype=routes.dtype)
-    done_set = set(done)
-    return [i for i in index if i not in done_set]
+_RUNNERS: dict[tuple[tuple[int, ...], torch.device, Plan], _Runner] = {}
 
 
-def _route(
-    a: torch.Tensor, rows: list[int], plan: Plan, h: torch.Tensor, tau: torch.Tensor, routes: torch.Tensor
-) -> None:
-    """Route matrices ``rows`` of ``a`` by structure and numbers; write their factors into ``h`` and
-    ``tau`` and their routes into ``routes``."""
-    sub = a if len(rows) == a.shape[0] else a[torch.tensor(rows, device=a.device)]
-    triangular, gap, width = _structure(sub)
-    groups: dict[int, list[int]] = {}
-    fallback: list[int] = []
-    upper: list[int] = []
-    for i, row in enumerate(rows):
-        if triangular[i]:
-            upper.append(row)
-        elif gap[i]:
-            fallback.append(row)
-        else:
-            groups.setdefault(width[i], []).append(row)
-    for k, index in groups.items():
-        fallback += _cholesky_orhr(a, index, k, plan, h, tau, routes)
+def clear_graphs() -> None:
+    """Drop every captured graph and its memory (between benchmark variants)."""
+    _RUNNERS.clear()
+
+
+def _runner(a: torch.Tensor, plan: Plan) -> _Runner:
+    key = (tuple(a.shape), a.device, plan)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = _Runner(a, plan)
+    return _RUNNERS[key]
+
+
+def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """(H, tau, routes) through the passes and the fallback."""
+    runner = _runner(a, plan)
+    first = runner.first(a)
+    h, tau = first.h.clone(), first.tau.clone()
+    status = first.status.tolist()
+    redo = [i for i, s in enumerate(status) if s == Route.CHOLESKY2]
+    fallback = [i for i, s in enumerate(status) if s == Route.FALLBACK]
+    if redo:
+        second = runner.second(first, redo)
+        index = torch.tensor(redo, dtype=torch.long, device=a.device)
+        h.index_copy_(0, index, second.h[: len(redo)])
+        tau.index_copy_(0, index, second.tau[: len(redo)])
+        for i, ok in zip(redo, second.ok[: len(redo)].tolist(), strict=True):
+            if not ok:
+                status[i] = Route.FALLBACK
+                fallback.append(i)
     if fallback:
-        index = torch.tensor(sorted(fallback), device=a.device)
+        index = torch.tensor(sorted(fallback), dtype=torch.long, device=a.device)
         # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
-        h[index], tau[index] = blocked_wy_qr(a[index], graph=False)
-    if upper:
-        routes[upper] = Route.TRIANGULAR
-        index = torch.tensor(upper, device=a.device)
-        h[index] = a[index]
-        tau[index] = 0.0
+        h_sub, tau_sub = blocked_wy_qr(a.index_select(0, index), graph=False)
+        h.index_copy_(0, index, h_sub)
+        tau.index_copy_(0, index, tau_sub)
+    return h, tau, status
 
 
 def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,20 +136,16 @@ def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, 
     a = a.contiguous()
     batch, n, _ = a.shape
     plan = plan or default_plan(batch, n)
-    h = torch.empty_like(a)
-    tau = torch.empty((batch, n), dtype=a.dtype, device=a.device)
-    routes = torch.full((batch,), int(Route.FALLBACK), dtype=torch.int8)
     if a.numel() == 0:
-        return h, tau, routes
+        return torch.empty_like(a), a.new_empty((batch, n)), torch.empty(0, dtype=torch.int8)
     with _call_state(a.device):
-        rows = list(range(batch))
         if n <= plan.whole_max:
-            done = whole_qr(a, h, tau, tight_loss(n)).cpu()
-            routes[done] = Route.CHOLESKY
-            rows = torch.nonzero(~done).flatten().tolist()
-        if rows:
-            _route(a, rows, plan, h, tau, routes)
-    return h, tau, routes
+            h = torch.empty_like(a)
+            tau = a.new_empty((batch, n))
+            if whole_qr(a, h, tau, tight_loss(n)).all().item():
+                return h, tau, torch.full((batch,), int(Route.CHOLESKY), dtype=torch.int8)
+        h, tau, routes = _general(a, plan)
+    return h, tau, torch.tensor(routes, dtype=torch.int8)
 
 
 def qr(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor]:

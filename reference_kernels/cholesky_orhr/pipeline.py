@@ -1,0 +1,106 @@
+"""The fixed-shape work of one call, with no host synchronisation: what ``qr.py`` captures in CUDA
+graphs. Every matrix gets a per-matrix status the host reads once, then only the few matrices
+that need more (a second pass, the fallback) are touched again.
+
+``first_pass`` runs the whole batch through: routing flags (``classify``), one FP64 CholeskyQR pass
+at full width (zero trailing columns made harmless, see ``cholqr.py``), the accuracy test, ORHR on
+Q, and the output assembly, which also writes the triangular route's answer (H = A, tau = 0).
+Matrices that need a second pass or the fallback get a meaningless H there, overwritten later.
+``second_pass`` does the second CholeskyQR pass and ORHR for a sub-batch, reading the first
+pass's Q and R.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import torch
+
+from reference_kernels.cholesky_orhr.cholqr import LOOSE, cholesky_pass, orthogonality_loss, tight_loss, times_upper
+from reference_kernels.cholesky_orhr.kernels import assemble, classify
+from reference_kernels.cholesky_orhr.orhr import orhr
+from reference_kernels.cholesky_orhr.plan import Plan
+
+__all__ = ["FirstPass", "Route", "SecondPass", "first_pass", "second_pass"]
+
+
+class Route(IntEnum):
+    """How one matrix was factored. After the first pass, CHOLESKY2 means "needs the second pass"."""
+
+    TRIANGULAR = 0
+    CHOLESKY = 1
+    CHOLESKY2 = 2
+    FALLBACK = 3
+
+
+@dataclass
+class FirstPass:
+    """``first_pass``'s results: H and tau (final where ``status`` is TRIANGULAR or CHOLESKY),
+    ``status`` (b, int8 Route), ``width`` (b, int32: 1 + last non-zero column, -1 for the
+    triangular route), and the pass's Q and R (FP64) for ``second_pass``."""
+
+    h: torch.Tensor
+    tau: torch.Tensor
+    status: torch.Tensor
+    width: torch.Tensor
+    q: torch.Tensor
+    r: torch.Tensor
+
+
+@dataclass
+class SecondPass:
+    """``second_pass``'s H and tau for its sub-batch, and which of them passed the test (b', bool)."""
+
+    h: torch.Tensor
+    tau: torch.Tensor
+    ok: torch.Tensor
+
+
+def _dead_columns(width: torch.Tensor, n: int) -> torch.Tensor:
+    """b x n bool: the columns at or past each matrix's width (exact zeros)."""
+    return torch.arange(n, device=width.device) >= width[:, None]
+
+
+def _factor(
+    q: torch.Tensor, r: torch.Tensor, index: torch.Tensor, width: torch.Tensor, a: torch.Tensor, plan: Plan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ORHR of Q (FP64, rounded to FP32) and the assembly of H and tau."""
+    w, tau_k, sign = orhr(q.to(torch.float32), plan)
+    h = torch.empty_like(w)
+    tau = torch.empty_like(tau_k)
+    assemble(w, r, sign, tau_k, index, width, a, h, tau)
+    return h, tau
+
+
+def first_pass(a: torch.Tensor, probes: torch.Tensor, plan: Plan) -> FirstPass:
+    """Route flags, FP64 CholeskyQR pass 1, its test and ORHR for every matrix of ``a`` (b x n x n)."""
+    batch, n, _ = a.shape
+    nonzero, below = classify(a)
+    position = torch.arange(1, n + 1, device=a.device)
+    width = torch.where(nonzero, position, 0).amax(dim=1)
+    gap = (~nonzero & (position <= width[:, None])).any(dim=1)  # a zero column before a non-zero one
+    triangular = ~below.any(dim=1)
+    dead = _dead_columns(width, n)
+    q, r, failed = cholesky_pass(a.to(torch.float64), dead, plan)
+    loss = orthogonality_loss(q, probes, ~dead)
+    status = torch.where(loss <= tight_loss(width), int(Route.CHOLESKY), int(Route.CHOLESKY2))
+    status = torch.where(failed | gap | ~(loss <= LOOSE), int(Route.FALLBACK), status)
+    status = torch.where(triangular, int(Route.TRIANGULAR), status).to(torch.int8)
+    width = torch.where(triangular, -1, width).to(torch.int32)
+    index = torch.arange(batch, dtype=torch.int32, device=a.device)
+    h, tau = _factor(q, r, index, width, a, plan)
+    return FirstPass(h, tau, status, width, q, r)
+
+
+def second_pass(first: FirstPass, index: torch.Tensor, probes: torch.Tensor, plan: Plan) -> SecondPass:
+    """CholeskyQR pass 2 (on pass 1's Q), its test and ORHR for the matrices ``index`` (int64) of
+    ``first``, none of them triangular; R = R2 R1."""
+    q1 = first.q.index_select(0, index)
+    width = first.width.index_select(0, index)
+    dead = _dead_columns(width, q1.shape[-1])
+    q, r2, failed = cholesky_pass(q1, dead, plan)
+    ok = ~failed & (orthogonality_loss(q, probes, ~dead) <= tight_loss(width))
+    r = times_upper(r2, first.r.index_select(0, index), plan)
+    h, tau = _factor(q, r, index.to(torch.int32), width, first.h, plan)
+    return SecondPass(h, tau, ok)
