@@ -5,11 +5,13 @@
 
 1. FP32 / FP64 batched-product throughput at the benchmark shapes (the FP64 first pass assumes
    cuBLAS DGEMM runs near FP32 speed on this GPU).
-2. For every plan (``auto``: qr's default per shape, then each ``--leaf`` x ``--block`` x
-   ``--whole-max``) and benchmark case of ``shapes/qr_v2.yaml``: the checker's scaled residuals, how
-   many matrices took each route, and the median time of one call (L2 flushed before each, as
-   ``kernel_dev.py`` times).
-3. For ``auto``, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
+2. For every plan (``auto``: qr's default per shape, CUDA graphs; ``eager``: the same launched
+   without graphs; then each ``--leaf`` x ``--block`` x ``--whole-max``, graphed) and benchmark case
+   of ``shapes/qr_v2.yaml``: the checker's scaled residuals, how many matrices took each route, and
+   the median time of one call (L2 flushed before each, as ``kernel_dev.py`` times). The summary
+   adds the 2026-11-29 H200 figures of the code before graphs (``PREVIOUS_MS``) and, per case, the
+   fastest plan.
+3. For ``eager``, a torch.profiler breakdown of one call per case: GPU time in cuBLAS
    products, in each Triton kernel, in copies and other elementwise work, in blocked_wy (the
    fallback), against the call's wall time (the gap is host time: launches and synchronisations).
 
@@ -28,6 +30,8 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -40,7 +44,15 @@ from kernel_dev import Case, l2_flush_buffer, load_cases, time_case  # noqa: E40
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from reference import verdict  # noqa: E402
-from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: E402
+from reference_kernels.cholesky_orhr import Plan, Route, clear_graphs, default_plan, qr, qr_routed  # noqa: E402
+
+# ms per call of ``auto`` before the CUDA graphs (commit 532879f, H200, torch 2.11, 2026-11-29).
+PREVIOUS_MS = {
+    "20x32": 0.152, "40x176": 3.519, "40x352": 4.029, "640x512": 25.006, "60x1024": 31.660,
+    "8x2048": 31.924, "2x4096": 65.113, "640x512 mixed": 34.701, "60x1024 mixed": 60.099,
+    "640x512 rankdef": 14.673, "640x512 clustered": 25.020, "60x1024 nearrank": 16.535,
+}  # fmt: skip
+PlanFor = Callable[[int, int], Plan]
 
 # Profiler kernel names -> the part of the algorithm they belong to (first match wins).
 CATEGORIES = [
@@ -90,18 +102,28 @@ def product_rates(log: Log) -> None:
         log(f"  {batch:>4} x {n:<5} FP32 {rates[0]:6.1f}   FP64 {rates[1]:6.1f}")
 
 
-def plans(args: argparse.Namespace) -> dict[str, Plan | None]:
-    """``auto`` (qr's own choice per shape, ``default_plan``) and every ``--leaf`` x ``--block`` x
-    ``--whole-max``."""
+def plans(args: argparse.Namespace) -> dict[str, PlanFor]:
+    """``auto`` (qr's own choice per shape, ``default_plan``), ``eager`` (the same without CUDA
+    graphs: the launch-bound path, for the breakdown) and every ``--leaf`` x ``--block`` x
+    ``--whole-max`` (named l<leaf>b<block>w<whole_max>)."""
     knobs = [[int(v) for v in text.split(",") if v] for text in (args.leaf, args.block, args.whole_max)]
-    return {"auto": None} | {
-        f"leaf={leaf},block={block},whole={whole}": Plan(leaf=leaf, block=block, whole_max=whole)
+    return {
+        "auto": default_plan,
+        "eager": lambda batch, n: replace(default_plan(batch, n), graph=False),
+    } | {
+        f"l{leaf}b{block}w{whole}": _fixed(Plan(leaf=leaf, block=block, whole_max=whole))
         for leaf, block, whole in itertools.product(*knobs)
     }
 
 
-def check(case: Case, plan: Plan | None, log: Log) -> tuple[float | None, str]:
-    """(worst scaled factor residual or None on failure, route counts) for one input of ``case``."""
+def _fixed(plan: Plan) -> PlanFor:
+    """The same plan whatever the shape."""
+    return lambda _batch, _n: plan
+
+
+def check(case: Case, plan: Plan, log: Log) -> tuple[float | None, str]:
+    """(worst scaled factor residual or None on failure, "f <factor> o <orth> <route counts>") for one
+    input of ``case``."""
     a = case.make()
     h, tau, routes = qr_routed(a, plan)
     torch.cuda.synchronize()
@@ -110,16 +132,18 @@ def check(case: Case, plan: Plan | None, log: Log) -> tuple[float | None, str]:
     v = verdict(a, (h, tau))
     if not v.passed:
         log(f"    {case.label:<22} FAIL {v.message}  routes: {shown}")
-        return None, shown
+        return None, f"FAIL {shown}"
     d = v.diagnostics
     log(
         f"    {case.label:<22} pass factor {d['scaled_factor_residual']:6.3f} "
         f"orth {d['scaled_orthogonality_residual']:6.3f}  routes: {shown}"
     )
-    return d["scaled_factor_residual"], shown
+    return d["scaled_factor_residual"], (
+        f"f {d['scaled_factor_residual']:.3f} o {d['scaled_orthogonality_residual']:.2f} {shown}"
+    )
 
 
-def breakdown(case: Case, plan: Plan | None) -> dict[str, float]:
+def breakdown(case: Case, plan: Plan) -> dict[str, float]:
     """GPU ms per category for one call (after a warm-up call), plus 'wall' and 'gpu total'."""
     a = case.make()
     qr(a, plan)
@@ -141,34 +165,44 @@ def breakdown(case: Case, plan: Plan | None) -> dict[str, float]:
     return dict(parts)
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
 def summary(
     log: Log,
-    names: list[str],
     benches: list[Case],
     ms: dict[str, dict[str, float]],
-    routes: dict[str, str],
+    checked: dict[str, str],
     parts: dict[str, dict[str, float]],
 ) -> None:
-    """The closing tables: ms per plan and case with geometric means, then the time breakdown."""
-    width = max(12, *(len(n) for n in names))
-    log(f"{'case':<22}" + "".join(f" {n:>{width}}" for n in names) + "  routes")
-    for case in benches:
-        cells = "".join(
-            f" {ms[n][case.label]:{width}.3f}" if case.label in ms[n] else f" {'-':>{width}}" for n in names
-        )
-        log(f"{case.label:<22}{cells}  {routes.get(case.label, '')}")
-    geo = ""
-    for n in names:
-        got = [ms[n][c.label] for c in benches if c.label in ms[n]]
-        text = f"{math.exp(sum(map(math.log, got)) / len(got)):.3f}" if got else "-"
-        geo += f" {text + ('' if len(got) == len(benches) else f' ({len(got)}/{len(benches)})'):>{width}}"
-    log(f"{'geomean':<22}{geo}")
+    """The closing tables: the time breakdown, then ms per plan and case (with the pre-graph
+    figures, the fastest new plan, and auto's residuals and routes), geometric means, and the plan
+    to make the default."""
     if parts:
         columns = ["wall", "gpu total", *(label for label, _ in CATEGORIES), "other"]
-        log(f"\nwhere one call's time goes (ms; auto plan; wall - gpu total ~ host time):\n{'case':<22}"
+        log(f"where one call's time goes (ms; eager plan; wall - gpu total ~ host time):\n{'case':<22}"
             + "".join(f" {c[:13]:>13}" for c in columns))  # fmt: skip
         for label, p in parts.items():
             log(f"{label:<22}" + "".join(f" {p.get(c, 0.0):13.3f}" for c in columns))
+        log()
+    new = list(ms)
+    ms = {"old (11-29)": {c.label: PREVIOUS_MS[c.label] for c in benches if c.label in PREVIOUS_MS}} | ms
+    width = max(12, *(len(n) for n in ms))
+    log(f"{'case':<18}" + "".join(f" {n:>{width}}" for n in ms) + f"  {'fastest':<{width}}  auto: residuals, routes")
+    for case in benches:
+        cells = "".join(f" {ms[n][case.label]:{width}.3f}" if case.label in ms[n] else f" {'-':>{width}}" for n in ms)
+        timed = {n: ms[n][case.label] for n in new if case.label in ms[n]}
+        best = min(timed, key=timed.__getitem__) if timed else "-"
+        log(f"{case.label:<18}{cells}  {best:<{width}}  {checked.get(case.label, '')}")
+    geo = {n: _geomean(list(ms[n].values())) for n in ms if len(ms[n]) == len(benches)}
+    log(f"{'geomean':<18}" + "".join(f" {geo[n]:{width}.3f}" if n in geo else f" {'-':>{width}}" for n in ms))
+    complete = [n for n in new if n in geo]
+    if complete:
+        best = min(complete, key=geo.__getitem__)
+        per_case = {c.label: min((ms[n][c.label], n) for n in complete) for c in benches}
+        oracle = _geomean([t for t, _ in per_case.values()])
+        log(f"default: {best} (geomean {geo[best]:.3f} ms); best plan per case would give {oracle:.3f} ms")
 
 
 def main() -> int:
@@ -197,16 +231,19 @@ def main() -> int:
 
     variants = plans(args)
     ms: dict[str, dict[str, float]] = {name: {} for name in variants}
-    routes: dict[str, str] = {}
+    checked: dict[str, str] = {}
     flush = l2_flush_buffer()
-    for name, plan in variants.items():
+    for name, plan_for in variants.items():
+        clear_graphs()
         log(f"\n== {name}")
         for case in benches:
+            plan = plan_for(case.batch, case.n)
             if time.perf_counter() - began > args.budget_s:
                 log(f"    {case.label}: skipped (budget of {args.budget_s:.0f} s spent)")
                 continue
             try:
-                residual, routes[case.label] = check(case, plan, log)
+                residual, text = check(case, plan, log)
+                checked.setdefault(case.label, text)
                 if residual is not None:
                     ms[name][case.label] = time_case(lambda a, plan=plan: qr(a, plan), case, args.repeats, flush)
                     log(f"    {case.label:<22} {ms[name][case.label]:10.3f} ms")
@@ -217,12 +254,12 @@ def main() -> int:
     if not args.no_breakdown:
         for case in benches:
             try:
-                parts[case.label] = breakdown(case, None)
+                parts[case.label] = breakdown(case, variants["eager"](case.batch, case.n))
             except Exception as error:  # noqa: BLE001 (report and go on)
                 log(f"  breakdown {case.label}: ERROR {error!r}")
 
     log(f"\n== summary ({time.perf_counter() - began:.0f} s): median ms per call")
-    summary(log, list(variants), benches, ms, routes, parts)
+    summary(log, benches, ms, checked, parts)
     return 0
 
 
