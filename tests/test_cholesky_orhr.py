@@ -151,6 +151,16 @@ def test_second_pass_failure_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
     _check(a, (h, tau))
 
 
+def test_padded_sub_batches_come_in_few_sizes() -> None:
+    """Graphed sub-batches are padded (repeating their first row) to at most four sizes per octave."""
+    sizes = {len(qr_module._padded(list(range(k)), 640, DEVICE, True)) for k in range(1, 641)}
+    assert max(sizes) == 640
+    assert len(sizes) <= 4 * 10 + 8
+    index = qr_module._padded([7, 3, 9, 4, 5, 6, 11, 12, 13], 640, DEVICE, True)
+    assert index.tolist() == [7, 3, 9, 4, 5, 6, 11, 12, 13, 7]
+    assert len(qr_module._padded([1, 2, 3], 640, DEVICE, False)) == 3
+
+
 def test_whole_matrix_path_declines_into_the_general_path() -> None:
     """n <= 32 with one matrix the one-kernel path declines: the batch takes the general path."""
     a = generate_input(3, 20, 1, 4480, "dense")

@@ -2,12 +2,13 @@
 graphs. Every matrix gets a per-matrix status the host reads once, then only the few matrices
 that need more (a second pass, the fallback) are touched again.
 
-``first_pass`` runs the whole batch through: routing flags (``classify``), one FP64 CholeskyQR pass
-at full width (zero trailing columns made harmless, see ``cholqr.py``), the accuracy test, ORHR on
-Q, and the output assembly, which also writes the triangular route's answer (H = A, tau = 0).
-Matrices that need a second pass or the fallback get a meaningless H there, overwritten later.
-``second_pass`` does the second CholeskyQR pass and ORHR for a sub-batch, reading the first
-pass's Q and R.
+``first_pass`` runs the whole batch through routing flags (``classify``), one FP64 CholeskyQR pass
+at full width (zero trailing columns made harmless, see ``cholqr.py``) and the accuracy test.
+``first_factors`` then does ORHR on that Q and the output assembly, which also writes the
+triangular route's answer (H = A, tau = 0); it is skipped when no matrix needs it (nearrank: the
+whole batch falls back). Matrices that need a second pass or the fallback get a meaningless H
+there, overwritten later. ``second_pass`` does the second CholeskyQR pass, its test and ORHR for a
+sub-batch, reading the first pass's Q and R.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from reference_kernels.cholesky_orhr.kernels import assemble, classify
 from reference_kernels.cholesky_orhr.orhr import orhr
 from reference_kernels.cholesky_orhr.plan import Plan
 
-__all__ = ["FirstPass", "Route", "SecondPass", "first_pass", "second_pass"]
+__all__ = ["FirstPass", "Route", "SecondPass", "first_factors", "first_pass", "second_pass"]
 
 
 class Route(IntEnum):
@@ -36,12 +37,9 @@ class Route(IntEnum):
 
 @dataclass
 class FirstPass:
-    """``first_pass``'s results: H and tau (final where ``status`` is TRIANGULAR or CHOLESKY),
-    ``status`` (b, int8 Route), ``width`` (b, int32: 1 + last non-zero column, -1 for the
-    triangular route), and the pass's Q and R (FP64) for ``second_pass``."""
+    """``first_pass``'s results: ``status`` (b, int8 Route), ``width`` (b, int32: 1 + last non-zero
+    column, -1 for the triangular route), and the pass's Q and R (FP64)."""
 
-    h: torch.Tensor
-    tau: torch.Tensor
     status: torch.Tensor
     width: torch.Tensor
     q: torch.Tensor
@@ -65,7 +63,8 @@ def _dead_columns(width: torch.Tensor, n: int) -> torch.Tensor:
 def _factor(
     q: torch.Tensor, r: torch.Tensor, index: torch.Tensor, width: torch.Tensor, a: torch.Tensor, plan: Plan
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """ORHR of Q (FP64, rounded to FP32) and the assembly of H and tau."""
+    """ORHR of Q (FP64, rounded to FP32) and the assembly of H and tau (``a[index]`` is read only
+    where ``width`` < 0)."""
     w, tau_k, sign = orhr(q.to(torch.float32), plan)
     h = torch.empty_like(w)
     tau = torch.empty_like(tau_k)
@@ -74,8 +73,8 @@ def _factor(
 
 
 def first_pass(a: torch.Tensor, probes: torch.Tensor, plan: Plan) -> FirstPass:
-    """Route flags, FP64 CholeskyQR pass 1, its test and ORHR for every matrix of ``a`` (b x n x n)."""
-    batch, n, _ = a.shape
+    """Route flags, FP64 CholeskyQR pass 1 and its test for every matrix of ``a`` (b x n x n)."""
+    n = a.shape[-1]
     nonzero, below = classify(a)
     position = torch.arange(1, n + 1, device=a.device)
     width = torch.where(nonzero, position, 0).amax(dim=1)
@@ -88,9 +87,14 @@ def first_pass(a: torch.Tensor, probes: torch.Tensor, plan: Plan) -> FirstPass:
     status = torch.where(failed | gap | ~(loss <= LOOSE), int(Route.FALLBACK), status)
     status = torch.where(triangular, int(Route.TRIANGULAR), status).to(torch.int8)
     width = torch.where(triangular, -1, width).to(torch.int32)
-    index = torch.arange(batch, dtype=torch.int32, device=a.device)
-    h, tau = _factor(q, r, index, width, a, plan)
-    return FirstPass(h, tau, status, width, q, r)
+    return FirstPass(status, width, q, r)
+
+
+def first_factors(first: FirstPass, a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, tau) of every matrix of ``a`` from ``first`` (final where its status is TRIANGULAR or
+    CHOLESKY)."""
+    index = torch.arange(a.shape[0], dtype=torch.int32, device=a.device)
+    return _factor(first.q, first.r, index, first.width, a, plan)
 
 
 def second_pass(first: FirstPass, index: torch.Tensor, probes: torch.Tensor, plan: Plan) -> SecondPass:
@@ -102,5 +106,6 @@ def second_pass(first: FirstPass, index: torch.Tensor, probes: torch.Tensor, pla
     q, r2, failed = cholesky_pass(q1, dead, plan)
     ok = ~failed & (orthogonality_loss(q, probes, ~dead) <= tight_loss(width))
     r = times_upper(r2, first.r.index_select(0, index), plan)
-    h, tau = _factor(q, r, index.to(torch.int32), width, first.h, plan)
+    unused = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)  # no triangular matrix here
+    h, tau = _factor(q, r, torch.zeros_like(width), width, unused, plan)
     return SecondPass(h, tau, ok)

@@ -12,9 +12,12 @@ Every matrix is routed on its own structure and its own numbers (see ``pipeline.
 
 A call runs ``pipeline.first_pass`` on the whole batch (on CUDA a graph captured once per shape,
 device and plan), reads the per-matrix status (the one host synchronisation of the common case),
-and only then touches the matrices that need more: ``second_pass`` for a sub-batch padded to a
-power of two (also graphed, one graph per padded size; a second synchronisation reads its test),
-then blocked_wy for the fallback. Small matrices (n <= ``Plan.whole_max``) first try the whole
+then replays ``first_factors`` (ORHR and assembly, graphed; skipped when every matrix falls back)
+and only then touches the matrices that need more: ``second_pass`` for a padded sub-batch (also
+graphed, one graph per padded size; a second synchronisation reads its test), then blocked_wy
+(graphed by its own cache) on a padded sub-batch for the fallback. Padding to at most four sizes
+per octave (``_padded``) bounds the graphs captured to a few per shape and the wasted work to a
+quarter. Small matrices (n <= ``Plan.whole_max``) first try the whole
 algorithm in one kernel (``kernels.whole_qr``); if it declines any, the batch takes the general
 path. Outputs are fresh tensors; all work is on the current stream and complete on return.
 """
@@ -30,7 +33,14 @@ from reference_kernels.blocked_wy import qr as blocked_wy_qr
 from reference_kernels.cholesky_orhr.cholqr import probe_matrix, tight_loss
 from reference_kernels.cholesky_orhr.graphs import Graphed
 from reference_kernels.cholesky_orhr.kernels import whole_qr
-from reference_kernels.cholesky_orhr.pipeline import FirstPass, Route, SecondPass, first_pass, second_pass
+from reference_kernels.cholesky_orhr.pipeline import (
+    FirstPass,
+    Route,
+    SecondPass,
+    first_factors,
+    first_pass,
+    second_pass,
+)
 from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 
 __all__ = ["Route", "clear_graphs", "qr", "qr_routed"]
@@ -53,9 +63,19 @@ def _call_state(device: torch.device) -> Iterator[None]:
             b.fp32_precision = value
 
 
+def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> torch.Tensor:
+    """``rows`` as a device index, with ``pad`` repeated up to the next multiple of 2^(bits - 3)
+    (at most ``batch``): sub-batch sizes from a small set, so graphs are captured a few times."""
+    size = len(rows)
+    if pad:
+        step = 1 << max(0, size.bit_length() - 3)
+        size = min(batch, -(-size // step) * step)
+    return torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
+
+
 class _Runner:
     """The passes for one (shape, device, plan): graphed on CUDA when the plan says so (and not
-    inside someone else's capture), else eager with the same single synchronisation."""
+    inside someone else's capture), else eager with the same synchronisations."""
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
         self.plan = plan
@@ -63,29 +83,44 @@ class _Runner:
         self.probes = probe_matrix(like.shape[-1], like.device)
         self.graph = plan.graph and like.is_cuda and not torch.cuda.is_current_stream_capturing()
         self._first: Graphed[FirstPass] | None = None
+        self._factors: Graphed[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._second: dict[int, Graphed[SecondPass]] = {}
 
-    def _first_eager(self, a: torch.Tensor) -> FirstPass:
+    def _first_pass(self, a: torch.Tensor) -> FirstPass:
         return first_pass(a, self.probes, self.plan)
 
     def first(self, a: torch.Tensor) -> FirstPass:
         if not self.graph:
-            return self._first_eager(a)
+            return self._first_pass(a)
         if self._first is None:
-            self._first = Graphed(self._first_eager, a)
+            self._first = Graphed(self._first_pass, a)
         return self._first(a)
+
+    def factors(self, first: FirstPass, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh (H, tau) from the first pass of ``a``."""
+        if not self.graph:
+            return first_factors(first, a, self.plan)
+        if self._factors is None:
+            assert self._first is not None
+            captured = self._first.inputs[0]  # the graphed first pass's copy of ``a``
+            self._factors = Graphed(lambda: first_factors(first, captured, self.plan))
+        h, tau = self._factors()
+        return h.clone(), tau.clone()
 
     def second(self, first: FirstPass, rows: list[int]) -> SecondPass:
         """Pass 2 for ``rows``; the result's first len(rows) entries are theirs."""
-        device = first.h.device
+        index = _padded(rows, self.batch, first.q.device, self.graph)
         if not self.graph:
-            return second_pass(first, torch.tensor(rows, dtype=torch.long, device=device), self.probes, self.plan)
-        size = min(self.batch, 1 << (len(rows) - 1).bit_length())
-        index = torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
-        if size not in self._second:
+            return second_pass(first, index, self.probes, self.plan)
+        if len(index) not in self._second:
             # Reads the first pass's captured Q and R: ``first`` is that graph's output here.
-            self._second[size] = Graphed(lambda i: second_pass(first, i, self.probes, self.plan), index)
-        return self._second[size](index)
+            self._second[len(index)] = Graphed(lambda i: second_pass(first, i, self.probes, self.plan), index)
+        return self._second[len(index)](index)
+
+    def fallback(self, a: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """blocked_wy for ``rows``; the result's first len(rows) entries are theirs."""
+        index = _padded(rows, self.batch, a.device, self.graph)
+        return blocked_wy_qr(a.index_select(0, index), graph=self.graph)
 
 
 _RUNNERS: dict[tuple[tuple[int, ...], torch.device, Plan], _Runner] = {}
@@ -107,8 +142,11 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
     """(H, tau, routes) through the passes and the fallback."""
     runner = _runner(a, plan)
     first = runner.first(a)
-    h, tau = first.h.clone(), first.tau.clone()
     status = first.status.tolist()
+    if any(s in (Route.TRIANGULAR, Route.CHOLESKY, Route.CHOLESKY2) for s in status):
+        h, tau = runner.factors(first, a)
+    else:
+        h, tau = torch.empty_like(a), a.new_empty(a.shape[:2])
     redo = [i for i, s in enumerate(status) if s == Route.CHOLESKY2]
     fallback = [i for i, s in enumerate(status) if s == Route.FALLBACK]
     if redo:
@@ -121,11 +159,11 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
                 status[i] = Route.FALLBACK
                 fallback.append(i)
     if fallback:
-        index = torch.tensor(sorted(fallback), dtype=torch.long, device=a.device)
-        # A gathered sub-batch whose size varies from call to call: no CUDA graphs.
-        h_sub, tau_sub = blocked_wy_qr(a.index_select(0, index), graph=False)
-        h.index_copy_(0, index, h_sub)
-        tau.index_copy_(0, index, tau_sub)
+        fallback.sort()
+        h_sub, tau_sub = runner.fallback(a, fallback)
+        index = torch.tensor(fallback, dtype=torch.long, device=a.device)
+        h.index_copy_(0, index, h_sub[: len(fallback)])
+        tau.index_copy_(0, index, tau_sub[: len(fallback)])
     return h, tau, status
 
 
