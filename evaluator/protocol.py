@@ -24,10 +24,10 @@ from evaluator.shapes import Case, ShapeSet, Timing
 from evaluator.stats import Stats
 from evaluator.stopping import ContestRule
 from evaluator.threadwatch import ThreadWatch
-from evaluator.timing import Measurement, Timer, synchronize
+from evaluator.timing import Measurement, Timer, copy_stream, synchronize
 from evaluator.tripwire import Tripwire
 from reference.checker import QMethod, Verdict, verdict
-from reference.inputs import generate_input
+from reference.inputs import default_device, generate_input
 
 __all__ = [
     "BenchSettings",
@@ -91,6 +91,7 @@ class Harness:
         self._verdict = verdict
         self.worst: dict[str, float] = {}
         self.view = guards.kernel_view if self.hardening.tamper else _same
+        self.copy_stream = copy_stream(default_device())  # where outputs are copied when the clock stops
         if self.tripwire is not None:
             self.tripwire.watch_object(self, ignore=frozenset({"worst"}))
             self.tripwire.watch_object(self.timer)
@@ -221,8 +222,8 @@ class _Calls:
 
 
 def _snapshot(output: object) -> object:
-    """A copy of a plain output's tensors, taken as soon as the timed region has ended."""
-    if not isinstance(output, tuple):
+    """A copy of a plain output's tensors (see :func:`evaluator.guards.plain_output`)."""
+    if type(output) is not tuple:
         return output
     return tuple(_clone(v) if type(v) is torch.Tensor else v for v in output)
 
@@ -246,8 +247,7 @@ def _first_pass(h: Harness, inputs: _Inputs, watch: ThreadWatch | None) -> str:
     """
     message = _first_pass_checks(h, inputs)
     if watch is not None:
-        watch.open()  # the collector pauses here; threads are observed once the first inputs are made
-        watch.pause()
+        watch.open()
     return message or h.tamper_problem() or ""
 
 
@@ -262,37 +262,33 @@ def _first_pass_checks(h: Harness, inputs: _Inputs) -> str:
     return message
 
 
-def _repeat_problem(h: Harness, inputs: _Inputs, outputs: Sequence[object], recheck: bool,
-                    watch: ThreadWatch | None) -> str:
+def _repeat_problem(h: Harness, inputs: _Inputs, outputs: Sequence[object], recheck: bool) -> str:
     """What the rules and the checker say about one timed repeat's outputs, or ''.
 
-    Hardened: the tripwire first (nothing the kernel replaced runs in a check), then copies of
-    the outputs as they were when the clock stopped; those copies are what is checked, and the
-    live outputs must still equal them afterwards (settled). Threads are watched until the
-    copies are taken. Compat: the contest's recheck of the live outputs against the pristine
-    inputs.
+    Hardened: copy the outputs before anything else (on a stream of the evaluator's own, with
+    nothing a kernel could have replaced running first), then the tripwire (nothing the kernel
+    replaced runs in a check), then the output rules; the copies are what is checked, and the
+    live outputs must still equal them (settled). Compat: the contest's recheck of the live
+    outputs against the pristine inputs.
     """
-    message = h.tamper_problem() or ""
-    if message or not recheck:
-        if watch is not None:
-            watch.pause()
-        return message
     if not h.hardening.output_rules:
-        if watch is not None:
-            watch.pause()
+        message = h.tamper_problem() or ""
+        if message or not recheck:
+            return message
         for p, output in zip(inputs.pristine, outputs, strict=True):
             message = message or _checked(h, p, output, h.hardening.fresh_inputs)
         return message
+    plain = [guards.plain_output(o) for o in outputs]  # type() checks only: no kernel code runs
+    snapshots: list[object] = []
+    if recheck:
+        with h.copy_stream:
+            snapshots = [_snapshot(o) for o in plain]
+        synchronize()
+    message = h.tamper_problem() or ""
+    if message or not recheck:
+        return message
     for output in outputs:
         message = message or guards.output_type_problem(output) or ""
-    if message:
-        return message
-    plain = [guards.plain_output(o) for o in outputs]
-    with _side_stream():
-        snapshots = [_snapshot(o) for o in plain]
-    synchronize()
-    if watch is not None:
-        watch.pause()
     for g, k, p, live, snap in zip(inputs.tensors, inputs.handed, inputs.pristine, plain, snapshots, strict=True):
         message = (message or guards.aliasing_problem((g, k), live) or guards.input_mutation_problem(g, p)
                    or _settled(live, snap))
@@ -317,12 +313,6 @@ def _settled_after_grace(live: object, snapshot: object) -> str:
     return _settled(live, snapshot)
 
 
-def _side_stream() -> torch.cuda.StreamContext | nullcontext[None]:
-    """Copies are queued on a stream of their own, so they never wait behind work someone
-    queued on the current stream after the device drained."""
-    return torch.cuda.stream(torch.cuda.Stream()) if torch.cuda.is_available() else nullcontext()
-
-
 def _timed_repeats(h: Harness, index: int, inputs: _Inputs, settings: BenchSettings,
                    watch: ThreadWatch | None) -> tuple[list[Measurement], str]:
     """Repeat: fresh inputs, one timed call per input, check; stop by the contest's rule."""
@@ -335,11 +325,11 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, settings: BenchSetti
         inputs.refresh()
         if watch is not None:
             synchronize()
-            watch.resume()  # from here to the call, a thread that works ahead would gain
+            watch.observe()  # from here to the call, a thread that works ahead would gain
         inputs.install()
         measurement = h.timer.time(calls)[0]  # the outputs live on in calls.outputs only
         measurements.append(measurement)
-        message = _repeat_problem(h, inputs, calls.outputs, settings.recheck, watch)
+        message = _repeat_problem(h, inputs, calls.outputs, settings.recheck)
         # Checked: drop the kernel's objects now, before the next inputs are made, as the contest
         # does. Finalizers the kernel attached to them run here; whatever they install, the
         # tripwire finds before the next inputs exist.

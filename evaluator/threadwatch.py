@@ -1,25 +1,22 @@
 """Rule ``idle-threads``: threads a kernel leaves behind must stay idle between its calls.
 
-A thread that runs while the kernel is not running can finish the kernel's work after it
-returned (off the clock), or watch the input it was handed and start on the next repeat's
-fresh content before the clock starts. Forbidding threads outright would reject honest
-kernels: ``torch.compile`` leaves an idle ``ThreadPoolExecutor`` behind, and a kernel may
-keep a pool of its own. So the rule looks at what threads *do*, and only where doing
-something pays:
+A thread that runs while the kernel is not running could watch the input it was handed and
+start on the next repeat's fresh content before the clock starts. Forbidding threads outright
+would reject honest kernels: ``torch.compile`` leaves an idle ``ThreadPoolExecutor`` behind, a
+kernel may keep a pool of its own, and ``multiprocessing.pool.ThreadPool`` keeps a thread that
+wakes ten times a second. So the rule looks at what threads *do*, and only where doing
+something pays: from the moment the next repeat's fresh content is about to be written into the
+inputs until the kernel's next call. (Work a thread finishes after the kernel returned is
+caught otherwise: the outputs are copied the moment the clock stops and the copies are checked.)
 
-- from the kernel's return until the evaluator has copied its outputs (work finished later
-  is not in the copies that are checked), and
-- from the moment the next repeat's fresh inputs are complete until the kernel's next call
-  (before that there is nothing to work ahead on).
-
-Both stretches are short (a drain and a copy; a flush and an event), so a pool's bookkeeping
-or a library's periodic wake-up (``multiprocessing.pool.ThreadPool`` polls ten times a
-second) rarely falls in them, while a thread that does the kernel's work off the clock must
-run there every time it gains. A thread "ran" if its CPU time grew (Linux per-thread clocks;
-a thread blocked on a lock or queue gains exactly zero), if it ended, if it is new, or if it
-is a Python thread the ``threading`` module does not know. The rule fires when threads ran in
-more than half of the windows (each window: both stretches between two calls), with at least
-two windows.
+That stretch is short (a copy, a flush and an event) and starts long after the kernel returned,
+so a pool's bookkeeping has settled and a periodic wake-up rarely falls in it, while a thread
+that works ahead must run there every time it gains. At its start the evaluator sleeps
+``YIELD_S`` without the interpreter lock, so a thread that wants to run (one starved by the
+evaluator's own Python) runs and shows, while a blocked one stays blocked. A thread "ran" if
+its CPU time grew (Linux per-thread clocks; a thread blocked on a lock or queue gains exactly
+zero), if it ended, if it is new, or if it is a Python thread the ``threading`` module does not
+know. The rule fires when threads ran in more than half of the windows, with at least two.
 
 The garbage collector is paused from the kernel's return to its next call, so a finalizer the
 kernel planted in a reference cycle cannot run there either. When a window closes, what the
@@ -41,11 +38,15 @@ from evaluator.guards import rule_message
 __all__ = ["ThreadWatch", "thread_cpu_ns"]
 
 MIN_WINDOWS = 2
+# Where other threads exist, the watched stretch starts with the evaluator sleeping this long,
+# without the interpreter lock (see the module docstring). Outside the timed region.
+YIELD_S = 2e-4
 
 _enumerate = threading.enumerate
 _get_ident = threading.get_ident
 _current_frames = sys._current_frames
 _clock_gettime_ns = time.clock_gettime_ns
+_sleep = time.sleep
 _gc_enable, _gc_disable, _gc_isenabled, _gc_freeze = gc.enable, gc.disable, gc.isenabled, gc.freeze
 
 # thread key -> (name, CPU ns or None once the thread has ended)
@@ -85,9 +86,8 @@ def _sample() -> _Sample:
 class ThreadWatch:
     """Counts the windows between a kernel's calls in which another thread ran.
 
-    Call :meth:`open` when the kernel returns, :meth:`pause` once its outputs are copied,
-    :meth:`resume` once the next inputs are complete, :meth:`close` just before the next call
-    (a window with no :meth:`resume` ends at :meth:`pause`), and :meth:`finish` after a case.
+    Call :meth:`open` when the kernel returns, :meth:`observe` when the next inputs are about
+    to be written, :meth:`close` just before the next call, and :meth:`finish` after a case.
     """
 
     def __init__(self) -> None:
@@ -96,50 +96,46 @@ class ThreadWatch:
         self.names: set[str] = set()
         self._open = False
         self._since: _Sample | None = None
-        self._ran: set[str] = set()
         self._gc_was_enabled = True
 
     def open(self) -> None:
-        """The kernel has returned: pause the garbage collector and start observing."""
+        """The kernel has returned: pause the garbage collector until its next call."""
         if self._open:
             return
         self._open = True
         self._gc_was_enabled = _gc_isenabled()
         _gc_disable()
-        self._ran = set()
-        self._since = _sample()
 
-    def pause(self) -> None:
-        """Stop observing until :meth:`resume`; what ran so far counts for this window."""
-        if self._since is None:
+    def observe(self) -> None:
+        """From here to :meth:`close`, any thread that runs counts (outside the timed region)."""
+        if not self._open or self._since is not None:
             return
-        now = _sample()
-        self._ran |= {name for key, (name, cpu) in now.items()
-                      if cpu is None or key not in self._since or self._since[key][1] != cpu}
-        self._ran |= {name for key, (name, _) in self._since.items() if key not in now}
-        self._since = None
-
-    def resume(self) -> None:
-        """Observe again, until :meth:`close`."""
-        if self._open and self._since is None:
-            self._since = _sample()
+        self._since = _sample()
+        if self._since:
+            _sleep(YIELD_S)
 
     def close(self) -> None:
         """The kernel is about to run again (or the case is over): count the window."""
         if not self._open:
             return
-        self.pause()
+        ran: set[str] = set()
+        if self._since is not None:
+            now = _sample()
+            ran = {name for key, (name, cpu) in now.items()
+                   if cpu is None or key not in self._since or self._since[key][1] != cpu}
+            ran |= {name for key, (name, _) in self._since.items() if key not in now}
+            self.windows += 1
+        self._since = None
         self._open = False
-        self.windows += 1
-        if self._ran:
+        if ran:
             self.busy += 1
-            self.names |= self._ran
+            self.names |= ran
         _gc_freeze()
         if self._gc_was_enabled:
             _gc_enable()
 
     def finish(self) -> None:
-        """The case is over: count an open window, and let the collector see frozen objects."""
+        """The case is over: close an open window, and let the collector see frozen objects."""
         self.close()
         gc.unfreeze()
 

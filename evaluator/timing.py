@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -23,11 +24,13 @@ import torch
 
 __all__ = [
     "CONTEST_FLUSH_BYTES",
+    "CopyStream",
     "CpuClockTimer",
     "CudaEventTimer",
     "L2Flush",
     "Measurement",
     "Timer",
+    "copy_stream",
     "make_timer",
     "synchronize",
 ]
@@ -40,6 +43,9 @@ _perf_counter_ns = time.perf_counter_ns
 _cuda_available = torch.cuda.is_available()
 # Waits for all work on the current device (the worker's only device). CPU builds lack it.
 _cuda_synchronize = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
+# Reading and setting the current stream, the C functions torch.cuda.stream() itself ends in.
+_get_current_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
+_set_current_stream = getattr(torch._C, "_cuda_setStream", None)
 _CudaEvent = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed_ms = torch.cuda.Event.elapsed_time
@@ -67,6 +73,35 @@ def synchronize() -> None:
     """Wait for every queued device operation; nothing to wait for without CUDA."""
     if _cuda_available:
         _cuda_synchronize()
+
+
+class CopyStream:
+    """A CUDA stream of the evaluator's own, made current for a ``with`` block.
+
+    The evaluator copies a kernel's outputs on it the moment the clock stops: work someone
+    queued on the current stream after the device drained is then not waited for, so it cannot
+    slip into the copies. Entered through the bound C functions, so no Python a kernel could
+    have replaced runs between the end of the timed region and the copies.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._stream = torch.cuda.Stream(device)
+        self._ids = (self._stream.stream_id, self._stream.device_index, self._stream.device_type)
+        self._previous: tuple[int, int, int] = self._ids
+
+    def __enter__(self) -> None:
+        self._previous = _get_current_stream(self._ids[1])
+        _set_current_stream(stream_id=self._ids[0], device_index=self._ids[1], device_type=self._ids[2])
+
+    def __exit__(self, *exc: object) -> None:
+        stream_id, device_index, device_type = self._previous
+        _set_current_stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+
+
+def copy_stream(device: torch.device) -> CopyStream | nullcontext[None]:
+    """Where to copy outputs on ``device``: a :class:`CopyStream` on CUDA, the caller's thread
+    (a no-op context) on the CPU."""
+    return CopyStream(device) if device.type == "cuda" else nullcontext()
 
 
 class L2Flush:

@@ -297,6 +297,7 @@ def test_tripwire_ignores_what_torch_compile_changes() -> None:
 def _windows(watch: ThreadWatch, n: int, between: Callable[[], None] = lambda: time.sleep(0.01)) -> None:
     for _ in range(n):
         watch.open()
+        watch.observe()
         between()
         watch.close()
 
@@ -323,9 +324,9 @@ def test_idle_pool_threads_are_fine_busy_ones_are_not() -> None:
         busy.join()
 
 
-def test_only_the_stretches_where_working_pays_are_watched() -> None:
-    """Work while the evaluator checks (between pause and resume) is not counted: there is
-    nothing left to do off the clock there, and periodic wake-ups of honest pools land there."""
+def test_only_the_stretch_before_the_call_is_watched() -> None:
+    """Work while the evaluator checks (before observe) is not counted: there is nothing to
+    work ahead on yet, and pool bookkeeping and periodic wake-ups land there."""
     go, done = threading.Event(), threading.Event()
 
     def on_demand() -> None:
@@ -340,24 +341,22 @@ def test_only_the_stretches_where_working_pays_are_watched() -> None:
         go.set()
         done.wait()
         done.clear()
+        time.sleep(0.005)  # the thread is back waiting
 
-    watch = ThreadWatch()
+    ignored, counted = ThreadWatch(), ThreadWatch()
     for _ in range(3):
-        watch.open()
-        watch.pause()
-        work()  # while checking: ignored
-        watch.resume()
-        watch.close()
-    assert watch.busy == 0
-    watch = ThreadWatch()
-    for _ in range(3):
-        watch.open()
-        watch.pause()
-        watch.resume()
-        work()  # with the next inputs complete: counted
-        watch.close()
-    assert watch.busy == 3
-    assert "on-demand" in watch.problem()
+        ignored.open()
+        work()
+        ignored.observe()
+        ignored.close()
+        counted.open()
+        counted.observe()
+        work()
+        counted.close()
+    assert ignored.windows == 3
+    assert ignored.busy == 0
+    assert counted.busy == 3
+    assert "on-demand" in counted.problem()
 
 
 def test_a_thread_that_ends_between_calls_ran() -> None:
