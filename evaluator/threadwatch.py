@@ -11,9 +11,11 @@ caught otherwise: the outputs are copied the moment the clock stops and the copi
 
 That stretch is short (a copy, a flush and an event) and starts long after the kernel returned,
 so a pool's bookkeeping has settled and a periodic wake-up rarely falls in it, while a thread
-that works ahead must run there every time it gains. At its start the evaluator sleeps
-``YIELD_S`` without the interpreter lock, so a thread that wants to run (one starved by the
-evaluator's own Python) runs and shows, while a blocked one stays blocked. A thread "ran" if
+that works ahead must run there every time it gains. Where other threads exist, the
+evaluator sleeps ``YIELD_S`` without the interpreter lock just before the stretch (so a pool
+that was only waiting for the lock to finish its bookkeeping finishes it, unwatched) and again
+at its start (so a thread that wants to run, one starved by the evaluator's own Python, runs
+and shows); a blocked thread stays blocked through both. A thread "ran" if
 its CPU time grew (Linux per-thread clocks; a thread blocked on a lock or queue gains exactly
 zero), if it ended, if it is new, or if it is a Python thread the ``threading`` module does not
 know. The rule fires when threads ran in more than half of the windows, with at least two.
@@ -39,10 +41,11 @@ __all__ = ["ThreadWatch", "thread_cpu_ns"]
 
 MIN_WINDOWS = 2
 # Where other threads exist, the watched stretch starts with the evaluator sleeping this long,
-# without the interpreter lock (see the module docstring). Outside the timed region.
+# twice, without the interpreter lock (see the module docstring). Outside the timed region.
 YIELD_S = 2e-4
 
 _enumerate = threading.enumerate
+_active_count = threading.active_count
 _get_ident = threading.get_ident
 _current_frames = sys._current_frames
 _clock_gettime_ns = time.clock_gettime_ns
@@ -110,9 +113,12 @@ class ThreadWatch:
         """From here to :meth:`close`, any thread that runs counts (outside the timed region)."""
         if not self._open or self._since is not None:
             return
+        if _active_count() == 1:
+            self._since = _sample()
+            return
+        _sleep(YIELD_S)  # whatever other threads still had to finish, they finish now, unwatched
         self._since = _sample()
-        if self._since:
-            _sleep(YIELD_S)
+        _sleep(YIELD_S)  # and a thread that wants to run now runs, watched
 
     def close(self) -> None:
         """The kernel is about to run again (or the case is over): count the window."""

@@ -439,6 +439,14 @@ def test_honest_kernels_pass_every_rule(make: Callable[[], Callable[[torch.Tenso
     assert result.passed, result.message
 
 
+@pytest.mark.parametrize("make", [_pooled, _multiprocessing_pool])
+def test_honest_pools_pass_short_windows_too(make: Callable[[], Callable[[torch.Tensor], object]]) -> None:
+    """Without rechecks (a warm-up pass) the kernel's next call follows its return closely;
+    its pool's bookkeeping must still never count."""
+    result = _bench(make(), timing=TWO_INPUTS, repeats=30, recheck=False)
+    assert result.passed, result.message
+
+
 def test_a_kernel_that_raises_is_an_error_not_a_rule() -> None:
     def raises(a: torch.Tensor) -> object:
         raise RuntimeError("boom")
