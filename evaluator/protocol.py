@@ -306,7 +306,7 @@ def _settled(live: object, snapshot: object) -> str:
 
 
 def _settled_after_grace(live: object, snapshot: object) -> str:
-    """For a failed check only: give work still under way after return time to show, so the
+    """For a failed check only: give work still under way since the return time to show, so the
     failure names deferred work (settled) rather than a wrong answer."""
     _sleep(SETTLE_GRACE_S)
     synchronize()
