@@ -9,11 +9,6 @@ from reference_kernels.cholesky_orhr.products import BLOCK
 
 __all__ = ["DEFAULT_PLAN", "Plan", "default_plan"]
 
-# batch * n^3 below which a call is bound by host launch time rather than GPU work when launched
-# eagerly: about 4 flops per unit, so 1e10 is ~1 ms of products at ~50 TFLOP/s, against ~100-200
-# launches. Kept for the graphed path until orhr_dev.py's leaf sweep says otherwise.
-_HOST_BOUND_WORK = 1e10
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -42,10 +37,8 @@ DEFAULT_PLAN = Plan()
 
 
 def default_plan(batch: int, n: int) -> Plan:
-    """The plan ``qr`` uses when given none. Small problems (40 x 352 and below) are bound by the host:
-    the widest leaf and unsplit products give the fewest launches. Large ones are bound by products
-    and leaf latency: 32-wide leaves run several programs per SM, and products split down to 256
-    skip the zero halves of triangular operands."""
-    if batch * n**3 <= _HOST_BOUND_WORK:
-        return Plan(leaf=MAX_LEAF, block=max(n, 1))
+    """The plan ``qr`` uses when given none: one plan for every size. On an H200 (2026-11-29,
+    ``benchmarks/orhr_dev.py``) 32-wide leaves with products split down to 256, graphed, were the
+    fastest plan at every qr_v2 benchmark size but 20x32 (0.16 ms against 0.12 ms eager), and
+    widening leaves for small, host-bound problems lost once the passes were graphed."""
     return DEFAULT_PLAN
