@@ -35,7 +35,18 @@ KIND = "qrbench-results"
 
 # Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
 # a worker that died, "timeout" a run stopped at its time limit, "skipped" a case never reached.
+# A run whose stages all passed but that lacks some of its mode's stages (it was stopped, or
+# its file was written mid-run) is "incomplete", never "pass".
 PASSED = "pass"
+INCOMPLETE = "incomplete"
+
+# The stages each mode runs, in order (the runner plans exactly these).
+STAGES_BY_MODE: dict[str, tuple[str, ...]] = {
+    "test": ("test",),
+    "benchmark": ("benchmark",),
+    "profile": ("profile",),
+    "leaderboard": ("test", "benchmark", "ranked", "ranked-secret"),
+}
 
 
 class ResultsError(ValueError):
@@ -163,11 +174,16 @@ class RunResult:
     evaluator_version: str = __version__
 
     @property
+    def missing_stages(self) -> tuple[str, ...]:
+        """The mode's stages this run has no result for."""
+        return tuple(name for name in STAGES_BY_MODE.get(self.mode, ()) if self.stage(name) is None)
+
+    @property
     def status(self) -> str:
         for stage in self.stages:
             if not stage.passed:
                 return stage.status
-        return PASSED if self.stages else "error"
+        return INCOMPLETE if self.missing_stages or not self.stages else PASSED
 
     @property
     def passed(self) -> bool:
@@ -183,6 +199,8 @@ class RunResult:
                 if not case.passed and case.status != "skipped":
                     return f"{stage.name}: {case.case.label}: {case.message}"
             return f"{stage.name}: {stage.reason or stage.status}"
+        if self.status == INCOMPLETE:
+            return f"incomplete: no result for stage(s) {', '.join(self.missing_stages)}"
         return ""
 
     def stage(self, name: str) -> StageResult | None:

@@ -25,7 +25,7 @@ from typing import Any
 from evaluator.channel import ChannelError, Reader, new_key
 from evaluator.contestant import Contestant
 from evaluator.guards import rule_message
-from evaluator.results import CaseResult, RunResult, StageResult
+from evaluator.results import STAGES_BY_MODE, CaseResult, RunResult, StageResult
 from evaluator.shapes import ShapeSet, Timing
 
 __all__ = ["RunOptions", "StagePlan", "new_run", "plan_stages", "run_contestant", "run_stage", "stage_limit_s"]
@@ -63,16 +63,14 @@ class StagePlan:
 
 
 def plan_stages(mode: str, seed: int | None) -> list[StagePlan]:
-    """The stages a mode runs. A leaderboard run is the contest's ranked submission: tests,
-    benchmarks, the ranked pass, then a second ranked pass under a fresh secret seed."""
-    if mode == "leaderboard":
-        return [
-            StagePlan("test", "test", seed),
-            StagePlan("benchmark", "benchmark", seed),
-            StagePlan("ranked", "leaderboard", seed),
-            StagePlan("ranked-secret", "leaderboard", secrets.randbits(31)),
-        ]
-    return [StagePlan(mode, mode, seed)]
+    """The stages of ``mode`` (``STAGES_BY_MODE``). A leaderboard run is the contest's ranked
+    submission: tests, benchmarks, the ranked pass, then a second ranked pass (contest mode
+    ``leaderboard``) under a fresh secret seed."""
+    plans = []
+    for name in STAGES_BY_MODE[mode]:
+        stage_mode = "leaderboard" if name.startswith("ranked") else name
+        plans.append(StagePlan(name, stage_mode, secrets.randbits(31) if name == "ranked-secret" else seed))
+    return plans
 
 
 def stage_limit_s(plan: StagePlan, shapes: ShapeSet, options: RunOptions) -> float:

@@ -19,12 +19,14 @@ def _run(name: str, means_ns: list[float], status: str = "pass", secret_ok: bool
         CaseResult(i, Case(2, 8, 1, i), "pass", stats=Stats.from_samples([m, m]), samples_ns=(m, m))
         for i, m in enumerate(means_ns)
     )
+    tests = StageResult("test", "test", "pass", tuple(CaseResult(c.index, c.case, "pass") for c in cases))
+    bench = StageResult("benchmark", "benchmark", "pass", cases)
     ranked = StageResult("ranked", "leaderboard", status, cases)
     secret = StageResult("ranked-secret", "leaderboard", "pass" if secret_ok else "fail", cases, seed=7,
                          reason="" if secret_ok else "boom")
     return RunResult({"name": name, "path": f"/x/{name}.py", "sha256": "0" * 64}, "leaderboard",
                      {"name": "smoke", "path": "shapes/smoke.yaml"}, "cpu", "cpu-clock", False,
-                     (ranked, secret), {"device": "cpu", "cpu": "test"})
+                     (tests, bench, ranked, secret), {"device": "cpu", "cpu": "test"})
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -79,3 +81,13 @@ def test_ranking_orders_by_geomean_and_lists_unranked_with_reason() -> None:
 def test_ties_share_a_place() -> None:
     standings = rank([_run("a", [1e6]), _run("b", [1e6]), _run("c", [2e6])])
     assert [s.place for s in standings] == [1, 1, 3]
+
+
+def test_a_run_missing_stages_of_its_mode_is_incomplete_not_passed() -> None:
+    full = _run("a", [1e6])
+    assert full.status == "pass"
+    partial = RunResult(full.contestant, "leaderboard", full.shapes, "cpu", "cpu-clock", False,
+                        full.stages[:3], full.environment)
+    assert partial.status == "incomplete"
+    assert partial.score_s is None
+    assert partial.reason == "incomplete: no result for stage(s) ranked-secret"
