@@ -174,6 +174,11 @@ class RunResult:
     evaluator_version: str = __version__
 
     @property
+    def no_stage_failed(self) -> bool:
+        """True while every stage run so far passed (a partial run can still go on)."""
+        return all(stage.passed for stage in self.stages)
+
+    @property
     def missing_stages(self) -> tuple[str, ...]:
         """The mode's stages this run has no result for."""
         return tuple(name for name in STAGES_BY_MODE.get(self.mode, ()) if self.stage(name) is None)

@@ -87,7 +87,7 @@ class _Fan:
         """Whether the job this one needs has already failed (then its result would be dropped)."""
         with self.lock:
             needed = self.done.get(job.needs) if job.needs is not None else None
-        return needed is not None and not needed.passed
+        return needed is not None and not needed.no_stage_failed
 
     def attempt(self, job: Job) -> RunResult | None:
         """The job's run; None when skipped as moot; a failed run when every attempt broke down."""

@@ -162,7 +162,7 @@ def combine(parts: Sequence[RunResult]) -> RunResult:
     only when everything before passed; its container's environment is kept beside the first's."""
     run = parts[0]
     for extra in parts[1:]:
-        if not all(stage.passed for stage in run.stages):
+        if not run.no_stage_failed:
             break
         for stage in extra.stages:
             run = run.with_stage(stage)
