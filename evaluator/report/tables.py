@@ -46,14 +46,16 @@ def _stage_rows(stage: StageResult) -> list[list[str]]:
 
 
 def render_run(run: RunResult, fmt: str = "simple") -> str:
-    """One contestant's run: a line per case, then the verdict and score."""
+    """One contestant's run: a line per case, the verdict and score, and any profiler table."""
     rows = [row for stage in run.stages for row in _stage_rows(stage)]
     headers = ["stage", "case", "status", "mean ± err (runs)", "residuals (n·eps) / message"]
     table = tabulate(rows, headers=headers, tablefmt=fmt)
     score = f", score {format_s(run.score_s)} (geometric mean)" if run.score_s is not None else ""
     verdict = "passed" if run.passed else f"FAILED: {_short(run.reason)}"
+    profiles = "".join(f"\n\n{s.name}: torch profiler, per kernel\n{s.profile_table}" for s in run.stages
+                       if s.profile_table)
     return f"{run.contestant['name']} — {run.mode} on {run.shapes['name']}: {verdict}{score}\n" \
-           f"[{timing_label(run)}]\n{table}"
+           f"[{timing_label(run)}]\n{table}{profiles}"
 
 
 def render_leaderboard(standings: Sequence[Standing], fmt: str = "simple") -> str:
