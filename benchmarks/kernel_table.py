@@ -8,7 +8,8 @@ Each contestant goes through the evaluator's ``benchmark`` mode (its own worker,
 protocol, every timed output checked); the table gives per-case means, the speedup over
 geqrf, the fraction of the FP32 floor reached (4/3 n^3 flops per matrix at the datasheet FP32
 rate, as in ``anchors.md``), the worst scaled factor residual seen, and geometric means, with
-the GPU, versions and date. ``--from RESULTS.json`` re-renders a table from an earlier run.
+the GPU, versions and date. ``--from RESULTS.json...`` renders the table from earlier runs
+(the benchmark stage of each, e.g. of leaderboard runs) instead of running.
 """
 
 from __future__ import annotations
@@ -80,8 +81,12 @@ def render_table(runs: list[RunResult]) -> str:
         f"share of the FP32 floor (4/3 n^3 flops per matrix at {FP32_FLOPS_PER_S / 1e12:.0f} TFLOP/s), "
         "worst scaled factor residual over every checked output (gate 20)."
     )
-    timing = base.shapes.get("timing", {})
-    note = f"Benchmark budget per case: {timing.get('benchmark_budget_s')} s (the contest's is 10 s)."
+    budgets = "; ".join(
+        f"{r.contestant['name']} {r.shapes.get('timing', {}).get('benchmark_budget_s')} s, "
+        f"at most {r.shapes.get('timing', {}).get('benchmark_repeats')} repeats, run {r.started_at}"
+        for r in runs
+    )
+    note = f"Timed passes per case (the contest's: 10 s, at most 200 repeats): {budgets}."
     return f"{caption}\n\n{tabulate(rows, headers=header, tablefmt='github')}\n\n{note}\n"
 
 
@@ -92,14 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, help="per-case budget in s (default: the contest's 10 s)")
     p.add_argument("--json", type=Path, default=Path("results/kernel_table.json"))
     p.add_argument("--out", type=Path, default=Path("reports/kernels-h200.md"))
-    p.add_argument("--from", dest="source", type=Path, help="render from an existing results file")
+    p.add_argument("--from", dest="sources", type=Path, nargs="+", metavar="RESULTS.json",
+                   help="render from existing results files instead (first run = the baseline column)")
     args = p.parse_args(argv)
-    runs = load_results(args.source) if args.source else _run(args.contestants.split(","), args.shapes,
-                                                              args.budget, args.json)
+    if args.sources:
+        runs = [run for path in args.sources for run in load_results(path)]
+    else:
+        runs = _run(args.contestants.split(","), args.shapes, args.budget, args.json)
     table = render_table(runs)
+    origin = "`python -m benchmarks.kernel_table`"
+    if args.sources:
+        origin += " --from " + " ".join(f"`{p}`" for p in args.sources)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(f"# Reference kernels on {runs[0].shapes['name']}\n\n{table}\n"
-                        "Produced by `python -m benchmarks.kernel_table`.\n")
+    args.out.write_text(f"# Reference kernels on {runs[0].shapes['name']}\n\n{table}\nProduced by {origin}.\n")
     print(table)
     return 0 if all(r.passed for r in runs) else 112
 

@@ -279,6 +279,7 @@ def write_results(path: Path, runs: list[RunResult]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for sharing
         with os.fdopen(fd, "w") as f:
             json.dump(_document(runs), f, indent=1, allow_nan=False)
             f.write("\n")
