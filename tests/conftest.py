@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from evaluator.shapes import resolve_shapes
+
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,3 +20,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def qr_v2_benchmarks() -> list[object]:
+    """The contest's benchmark cases as pytest parameters, named by their labels."""
+    return [pytest.param(case, id=case.label.replace(" ", "-")) for case in resolve_shapes("qr_v2").benchmarks]

@@ -27,8 +27,10 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 
 import reference_kernels.blocked_wy.kernels as kernels  # noqa: E402
+from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import qr  # noqa: E402
+from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20
@@ -180,26 +182,10 @@ def test_every_launch_compiles_for_sm90() -> None:
 
 # ---- GPU only: the contest's shapes -------------------------------------------------------------
 
-QR_V2_BENCHMARKS = [
-    (20, 32, 1, 43214, "dense"),
-    (40, 176, 1, 423011, "dense"),
-    (40, 352, 1, 123456, "dense"),
-    (640, 512, 2, 1029, "dense"),
-    (60, 1024, 2, 75342, "dense"),
-    (8, 2048, 1, 224466, "dense"),
-    (2, 4096, 1, 32412, "dense"),
-    (640, 512, 2, 770001, "mixed"),
-    (60, 1024, 2, 770002, "mixed"),
-    (640, 512, 0, 770003, "rankdef"),
-    (640, 512, 0, 770004, "clustered"),
-    (60, 1024, 0, 770005, "nearrank"),
-]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize(("batch", "n", "cond", "seed", "case"), QR_V2_BENCHMARKS)
-def test_qr_v2_benchmark_shapes(batch: int, n: int, cond: int, seed: int, case: str) -> None:
-    _factor_and_check(generate_input(batch, n, cond, seed, case))
+@pytest.mark.parametrize("case", qr_v2_benchmarks())
+def test_qr_v2_benchmark_shapes(case: Case) -> None:
+    _factor_and_check(generate_input(**case.generator_args()))
 
 
 @pytest.mark.gpu

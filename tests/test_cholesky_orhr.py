@@ -28,6 +28,7 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 
 import reference_kernels.cholesky_orhr.kernels as kernels  # noqa: E402
+from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.cholesky_orhr import Plan, Route, qr, qr_routed  # noqa: E402
 from reference_kernels.cholesky_orhr.cholqr import (  # noqa: E402
@@ -39,6 +40,7 @@ from reference_kernels.cholesky_orhr.cholqr import (  # noqa: E402
 from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
 from reference_kernels.cholesky_orhr.pipeline import SecondPass  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
+from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 # The submodule, for monkeypatching: the package attribute ``qr`` is the function.
 qr_module = importlib.import_module("reference_kernels.cholesky_orhr.qr")
@@ -386,26 +388,10 @@ def test_every_kernel_compiles_for_sm90() -> None:
 
 # ---- GPU only: the contest's shapes -------------------------------------------------------------
 
-QR_V2_BENCHMARKS = [
-    (20, 32, 1, 43214, "dense"),
-    (40, 176, 1, 423011, "dense"),
-    (40, 352, 1, 123456, "dense"),
-    (640, 512, 2, 1029, "dense"),
-    (60, 1024, 2, 75342, "dense"),
-    (8, 2048, 1, 224466, "dense"),
-    (2, 4096, 1, 32412, "dense"),
-    (640, 512, 2, 770001, "mixed"),
-    (60, 1024, 2, 770002, "mixed"),
-    (640, 512, 0, 770003, "rankdef"),
-    (640, 512, 0, 770004, "clustered"),
-    (60, 1024, 0, 770005, "nearrank"),
-]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize(("batch", "n", "cond", "seed", "case"), QR_V2_BENCHMARKS)
-def test_qr_v2_benchmark_shapes(batch: int, n: int, cond: int, seed: int, case: str) -> None:
-    a = generate_input(batch, n, cond, seed + 42, case)
+@pytest.mark.parametrize("case", qr_v2_benchmarks())
+def test_qr_v2_benchmark_shapes(case: Case) -> None:
+    a = generate_input(**case.with_seed(case.seed + 42).generator_args())
     _check(a, qr(a))
     torch.cuda.synchronize()
 

@@ -26,7 +26,7 @@ import torch
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import leaf_step, wy_update
 
-__all__ = ["DEFAULT_PLANS", "Inner", "Plan", "Update", "clear_graphs", "default_plan", "qr"]
+__all__ = ["DEFAULT_PLANS", "Inner", "Plan", "Update", "clear_graphs", "default_plan", "ieee_fp32", "qr"]
 
 Update = Literal["torch", "tf32x3"]
 Inner = Literal["torch", "triton"]
@@ -91,15 +91,20 @@ def default_plan(n: int) -> Plan:
 
 
 @contextmanager
-def _ieee_fp32() -> Iterator[None]:
-    """Full-precision FP32 cuBLAS products for the duration (TF32 off), restored afterwards."""
-    matmul = torch.backends.cuda.matmul
-    saved = matmul.fp32_precision
-    matmul.fp32_precision = "ieee"
+def ieee_fp32() -> Iterator[None]:
+    """Full-precision FP32 library products for the duration, whatever the process chose (TF32
+    trailing updates fail the factor gate on band and rowscale inputs), restored afterwards.
+    Uses the ``fp32_precision`` API: reading the legacy ``allow_tf32`` raises once anything in
+    the process has used the new one."""
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    saved = [b.fp32_precision for b in backends]
     try:
+        for b in backends:
+            b.fp32_precision = "ieee"
         yield
     finally:
-        matmul.fp32_precision = saved
+        for b, value in zip(backends, saved, strict=True):
+            b.fp32_precision = value
 
 
 def _apply_qt(
@@ -246,7 +251,7 @@ def qr(
         tau = a.new_empty(batch, n)
         factor_panel(a, h, tau, one_reduction=plan.one_reduction)
         return h, tau
-    with _ieee_fp32():
+    with ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
             return _graphed(a, plan)
         h = torch.empty_like(a)

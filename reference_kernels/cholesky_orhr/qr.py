@@ -30,6 +30,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
+from reference_kernels.blocked_wy.qr import ieee_fp32
 from reference_kernels.cholesky_orhr.cholqr import probe_matrix, tight_loss
 from reference_kernels.cholesky_orhr.graphs import Graphed
 from reference_kernels.cholesky_orhr.kernels import whole_qr
@@ -51,16 +52,8 @@ def _call_state(device: torch.device) -> Iterator[None]:
     """The process state a call needs, restored afterwards: FP32 products at full precision whatever
     the process chose (TF32 fails the factor gate), and on CUDA the input's device as the current
     one (Triton launches and graphs use the current device)."""
-    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
-    saved = [b.fp32_precision for b in backends]
-    try:
-        for b in backends:
-            b.fp32_precision = "ieee"
-        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
-            yield
-    finally:
-        for b, value in zip(backends, saved, strict=True):
-            b.fp32_precision = value
+    with ieee_fp32(), torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        yield
 
 
 def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> torch.Tensor:
