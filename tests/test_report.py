@@ -20,7 +20,7 @@ from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "contestants"
 TINY = str(Path(__file__).parent / "shapes_tiny.yaml")
-H200_RESULTS = sorted((REPO / "reports" / "h200").glob("*.json"))
+H200_RESULTS = sorted((REPO / "reports" / "h200").glob("*-geqrf-benchmark-*.json"))
 CPU = {"device": "cpu", "cpu": "Test CPU", "torch": "2.13.0+cpu", "triton": "3.6.0", "python": "3.11.7"}
 H200 = {"device": "cuda", "gpu_name": "NVIDIA H200", "compute_capability": "9.0", "driver_version": "580.159.04",
         "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "torch": "2.11.0+cu130", "cuda": "13.0", "triton": "3.6.0",
