@@ -26,7 +26,17 @@ import torch
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import leaf_step, wy_update
 
-__all__ = ["DEFAULT_PLANS", "Inner", "Plan", "Update", "clear_graphs", "default_plan", "ieee_fp32", "qr"]
+__all__ = [
+    "DEFAULT_PLANS",
+    "Inner",
+    "Plan",
+    "Update",
+    "clear_graphs",
+    "default_plan",
+    "ieee_fp32",
+    "qr",
+    "require_square_batch",
+]
 
 Update = Literal["torch", "tf32x3"]
 Inner = Literal["torch", "triton"]
@@ -88,6 +98,12 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
 def default_plan(n: int) -> Plan:
     """The plan of ``DEFAULT_PLANS`` for an n x n matrix."""
     return next(plan for bound, plan in DEFAULT_PLANS if n <= bound)
+
+
+def require_square_batch(a: torch.Tensor) -> None:
+    """The input both reference kernels take: a batch x n x n float32 tensor."""
+    if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
+        raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
 
 
 @contextmanager
@@ -233,8 +249,7 @@ def qr(
     ``plan`` replaces :func:`default_plan`; keyword arguments override single fields (``leaf`` is
     capped at ``nb``).
     """
-    if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
-        raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
+    require_square_batch(a)
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}

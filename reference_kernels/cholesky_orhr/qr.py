@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
-from reference_kernels.blocked_wy.qr import ieee_fp32
+from reference_kernels.blocked_wy.qr import ieee_fp32, require_square_batch
 from reference_kernels.cholesky_orhr.cholqr import probe_matrix, tight_loss
 from reference_kernels.cholesky_orhr.graphs import Graphed
 from reference_kernels.cholesky_orhr.kernels import whole_qr
@@ -162,8 +162,7 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
 
 def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
-    if a.dim() != 3 or a.shape[1] != a.shape[2] or a.dtype != torch.float32:
-        raise ValueError(f"expected a batch x n x n float32 tensor, got {tuple(a.shape)} {a.dtype}")
+    require_square_batch(a)
     a = a.contiguous()
     batch, n, _ = a.shape
     plan = plan or default_plan(batch, n)
