@@ -15,11 +15,12 @@ device and plan), reads the per-matrix status (the one host synchronisation of t
 then replays ``first_factors`` (ORHR and assembly, graphed; skipped when every matrix falls back)
 and only then touches the matrices that need more: ``second_pass`` for a padded sub-batch (also
 graphed, one graph per padded size; a second synchronisation reads its test), then blocked_wy
-(graphed by its own cache) on a padded sub-batch for the fallback. Padding to at most four sizes
-per octave (``_padded``) bounds the graphs captured to a few per shape and the wasted work to a
-quarter. Small matrices (n <= ``Plan.whole_max``) first try the whole
-algorithm in one kernel (``kernels.whole_qr``); if it declines any, the batch takes the general
-path. Outputs are fresh tensors; all work is on the current stream and complete on return.
+(graphed by its own cache) on a padded sub-batch for the fallback. Padding to powers of two of at
+least 16 (``_padded``) keeps the sizes few and stable: with inputs that change every call (the
+evaluator's fresh-inputs rule), finer sizes meant a capture inside many timed calls. Small
+matrices (n <= ``Plan.whole_max``) first try the whole algorithm in one kernel
+(``kernels.whole_qr``); if it declines any, the batch takes the general path. Outputs are fresh
+tensors; all work is on the current stream and complete on return.
 """
 
 from __future__ import annotations
@@ -56,13 +57,19 @@ def _call_state(device: torch.device) -> Iterator[None]:
         yield
 
 
+# Smallest padded sub-batch: the handful of matrices a dense batch sends to pass 2 or the fallback
+# varies from input to input, and each new size would be a graph capture (~50 ms) inside a call.
+MIN_SUB_BATCH = 16
+
+
 def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> torch.Tensor:
-    """``rows`` as a device index, with ``pad`` repeated up to the next multiple of 2^(bits - 3)
-    (at most ``batch``): sub-batch sizes from a small set, so graphs are captured a few times."""
+    """``rows`` as a device index, with ``pad`` repeated up to the next power of two, at least
+    ``MIN_SUB_BATCH`` and at most ``batch``: sub-batch sizes from a small, stable set, so a graph
+    is captured once per size and fresh inputs of one shape rarely meet a new size. Padding is
+    latency-bound work at these sizes (the padded matrices are copies of the first)."""
     size = len(rows)
     if pad:
-        step = 1 << max(0, size.bit_length() - 3)
-        size = min(batch, -(-size // step) * step)
+        size = min(batch, max(MIN_SUB_BATCH, 1 << (size - 1).bit_length()))
     return torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
 
 
