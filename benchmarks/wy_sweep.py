@@ -1,10 +1,11 @@
 """blocked_wy plans compared size by size, for ``benchmarks/kernel_dev.py --sweep`` (one GPU run).
 
-Per matrix size n of qr_v2: the previous default plan (``old``), the current ``DEFAULT_PLANS`` entry
-(``new``) and variants of it that change one knob. Each runs every test and benchmark spec of its
-size (checker residuals, input unchanged, fresh outputs) and is timed on the benchmark specs. Order:
-``new`` then ``old`` on every size (the comparison that must come out), then the variants, largest
-expected payoff first, while ``--budget-s`` lasts. Before any of it, a child process compiles every
+Per matrix size n of qr_v2: the current ``DEFAULT_PLANS`` entry (``new``), variants of it that
+change a knob or two, and the first default plan (``old``). Each runs every test and benchmark spec
+of its size (checker residuals, input unchanged, fresh outputs) and is timed on the benchmark specs.
+Order: ``new`` on every size, then the variants of the sizes that weigh most in the geomean, then
+``old`` (measured in earlier rounds), while ``--budget-s`` lasts. Then a profile of one eager call
+of ``new`` and ``fused`` at the large sizes (GPU time per kernel). Before any of it, a child process compiles every
 kernel the sweep will launch, in parallel, into Triton's cache (``--prewarm``).
 
 The last lines: per size, each plan's ms per benchmark and worst residual; then ``old``, ``new``
@@ -33,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from reference_kernels.blocked_wy import DEFAULT_PLANS, Plan, default_plan  # noqa: E402
 
 RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the contest's gate
-PRIORITY = (4096, 2048, 512, 1024, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
+PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
 
 
 def previous_default(n: int) -> Plan:
@@ -46,19 +47,25 @@ def candidates(n: int) -> dict[str, Plan]:
     new = default_plan(n)
     plans = {"new": new, "old": previous_default(n)}
     if n > new.whole_max:
-        variants = {
+        variants = {}
+        if n < 512:
+            variants |= {"fused": {"update": "fused"}, "nb=64": {"nb": 64, "inner": "triton"}}
+        else:
+            variants |= {
+                "fused": {"update": "fused"},
+                "fused,leaf=8": {"update": "fused", "leaf": 8, "inner": "triton"},
+                "leaf=8": {"leaf": 8, "inner": "triton"},
+                "fused,nb=32,leaf=16": {"update": "fused", "nb": 32, "leaf": 16, "inner": "triton"},
+                "fused,nb=128": {"update": "fused", "nb": 128, "inner": "triton"},
+            }
+            if n < 2048:  # taller sizes issue over a thousand launches per call: the host cannot keep up
+                variants["eager"] = {"graph": False}
+            variants |= {"nb=128": {"nb": 128}, "nb=32": {"nb": 32}, "leaf=16": {"leaf": 16}}
+        variants |= {
             "3-reduce": {"one_reduction": False},
             "upd=torch": {"update": "torch"},
             "inner=torch": {"inner": "torch"},
         }
-        if n < 512:
-            variants["nb=64"] = {"nb": 64, "inner": "triton"}
-        else:
-            if n < 2048:  # taller sizes issue over a thousand launches per call: the host cannot keep up
-                variants["eager"] = {"graph": False}
-            variants |= {"nb=128": {"nb": 128}, "nb=32": {"nb": 32}, "leaf=16": {"leaf": 16}}
-            if n >= 2048:
-                variants["leaf=8"] = {"leaf": 8}
         variants["torch-all"] = {"update": "torch", "inner": "torch"}  # no split TF32 anywhere, new column step
         for name, change in variants.items():
             plan = replace(new, **change)
@@ -128,8 +135,9 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
 
     sizes = sorted({c.n for c in cases})
     run_prewarm(sorted({(c.batch, c.n) for c in cases}), log, timeout_s=90)
-    work = [(n, "new") for n in sizes] + [(n, "old") for n in sizes]
+    work = [(n, "new") for n in sizes]
     work += [(n, name) for n in PRIORITY if n in sizes for name in candidates(n) if name not in ("new", "old")]
+    work += [(n, "old") for n in sizes]  # measured before: last, while the budget lasts
     results: dict[tuple[int, str], Result] = {}
     flush = l2_flush_buffer()
     poisoned = False
@@ -156,10 +164,44 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
                 break
         clear_graphs()
         torch.cuda.empty_cache()
+    if not poisoned:
+        for case in (c for c in cases if c.kind == "bench" and c.label in PROFILED):
+            for name in ("new", "fused"):
+                if (case.n, name) in results and not results[(case.n, name)].failed:
+                    log_breakdown(case, name, replace(candidates(case.n)[name], graph=False), log)
     log("\nblocked_wy compiled kernels:")
     spilling = compiled_kernel_report(log)
     summary(cases, results, log)
     log(f"compiled kernels that spill: {len(spilling)}" + "".join(f"\n  {line}" for line in spilling))
+
+
+PROFILED = ("640x512", "60x1024", "8x2048", "2x4096")
+
+
+def log_breakdown(case, name: str, plan: Plan, log: Callable[[str], None]) -> None:
+    """GPU time of one eager call per kernel name (torch.profiler), after a warm-up call: what the
+    graphed call spends its time on, launch gaps aside."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from reference_kernels.blocked_wy import qr
+
+    a = case.make()
+    qr(a, plan=plan)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        qr(a, plan=plan)
+        torch.cuda.synchronize()
+    per_kernel: dict[str, list[float]] = collections.defaultdict(list)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[event.name[:48]].append(event.time_range.elapsed_us() / 1e3)
+    total = sum(sum(v) for v in per_kernel.values())
+    log(f"\n== {case.label} {name} eager: GPU {total:.3f} ms in {sum(map(len, per_kernel.values()))} kernels")
+    for kernel, times in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))[:8]:
+        log(f"  {kernel:<48} {sum(times):8.3f} ms  {len(times):5d} calls  {100 * sum(times) / total:5.1f}%")
 
 
 def _passed(result, n: int, cases: list) -> bool:
