@@ -27,6 +27,7 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 
 import reference_kernels.blocked_wy.kernels as kernels  # noqa: E402
+import reference_kernels.blocked_wy.products as products  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import qr  # noqa: E402
@@ -81,6 +82,24 @@ def test_triton_products_merge_leaves(case: str) -> None:
     (the interpreter multiplies in FP32 whatever the precision; the GPU tests cover tf32x3 itself)."""
     plan = {"nb": 16, "leaf": 8, "inner": "triton", "update": "tf32x3"}
     _factor_and_check(generate_input(2, 48, 2, 3000, case).to(DEVICE), whole_max=0, **plan)
+
+
+@pytest.mark.parametrize("case", ["dense", "rowscale", "mixed"])
+def test_projection_split_over_rows(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small batches split the trailing update's projection over row parts (partial sums, T applied
+    by the subtract kernel); parts of 8 rows make it happen at n = 48."""
+    monkeypatch.setattr(products, "MIN_PART_ROWS", 8)
+    assert products.project_parts(40, 2, 4) == 4
+    plan = {"nb": 16, "leaf": 16, "update": "tf32x3"}
+    _factor_and_check(generate_input(1, 48, 2, 3100, case).to(DEVICE), whole_max=0, **plan)
+
+
+def test_projection_parts() -> None:
+    """Row parts: a power of two, enough for ~4 programs per multiprocessor, each >= MIN_PART_ROWS rows."""
+    assert products.project_parts(4096, 126, 132) == 4  # 2 x 4096: 63 strips per matrix
+    assert products.project_parts(4096, 16, 132) == 16
+    assert products.project_parts(512, 5120, 132) == 1  # 640 x 512: programs enough
+    assert products.project_parts(300, 2, 132) == 1  # too few rows to split
 
 
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")

@@ -25,6 +25,24 @@ from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_align
 
 __all__ = ["FUSED_BN", "leaf_step", "wy_update"]
 
+# The projection's rows per step, and the fewest rows one of its programs sums when the rows are
+# split across programs (a batch too small to give every multiprocessor a few column strips).
+PROJECT_BM = 32
+MIN_PART_ROWS = 256
+
+
+def project_parts(m: int, programs: int, multiprocessors: int) -> int:
+    """Row parts per column strip of the projection (a power of two, at most 16): enough for about
+    four programs per multiprocessor, each summing at least ``MIN_PART_ROWS`` rows."""
+    parts = min(16, max(1, 4 * multiprocessors // max(1, programs)), max(1, m // MIN_PART_ROWS))
+    return 1 << (parts.bit_length() - 1)
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's multiprocessor count (the interpreter: a nominal 4)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 # Columns per program of the fused update: a 32-column strip of a 512-row matrix is 64 KB, so the
 # strips in flight on the whole GPU stay within L2 between their two passes.
 FUSED_BN = 32
@@ -38,7 +56,8 @@ def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols
     return tl.dot(tl.trans(vv), cc, acc, input_precision="tf32x3")
 
 
-@triton.jit(do_not_specialize=["c_off", "v_off", "t_off"])  # as _panel_kernel's (m, ncols stay: spills without)
+# Offsets as _panel_kernel's; m and ncols stay specialised (the subtract kernel spilled without).
+@triton.jit(do_not_specialize=["c_off", "v_off", "t_off", "part_rows"])
 def _project_kernel(
     c,
     c_off,
@@ -56,15 +75,21 @@ def _project_kernel(
     w_mat_stride,
     m,
     ncols,
+    part_rows,
     NB: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    SPLIT: tl.constexpr,
     ALIGNED: tl.constexpr,
     INTERPRETED: tl.constexpr,
 ):
-    """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix."""
+    """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix; with ``SPLIT``, the
+    program sums ``part_rows`` rows only and stores its partial V^T C (T is applied by the subtract)."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
+    pid_p = tl.program_id(2)
+    first = pid_p * part_rows
+    end = tl.minimum(first + part_rows, m)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
     c_mat = c + c_off + pid_b * c_mat_stride
@@ -75,16 +100,19 @@ def _project_kernel(
     col_ok = cols[None, :] < ncols
     acc = tl.zeros([NB, BN], dtype=tl.float32)
     if INTERPRETED:
-        r0 = 0
-        while r0 < m:
-            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
+        r0 = first
+        while r0 < end:
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
             r0 += BM
     else:
-        for r0 in tl.range(0, m, BM, num_stages=3):
-            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
-    tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
-    out = tl.dot(tl.trans(tt), acc, input_precision="tf32x3")
-    tl.store(w + pid_b * w_mat_stride + ks[:, None] * ncols + cols[None, :], out, mask=col_ok)
+        for r0 in tl.range(first, end, BM, num_stages=3):
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
+    out_ptrs = w + pid_b * w_mat_stride + pid_p * NB * ncols + ks[:, None] * ncols + cols[None, :]
+    if SPLIT:
+        tl.store(out_ptrs, acc, mask=col_ok)
+    else:
+        tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
+        tl.store(out_ptrs, tl.dot(tl.trans(tt), acc, input_precision="tf32x3"), mask=col_ok)
 
 
 @triton.jit
@@ -159,7 +187,7 @@ def _fused_update_kernel(
             _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, neg_w, r0, m, ks, cols, col_ok, BM)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off"])
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
 def _subtract_kernel(
     src,
     src_off,
@@ -171,16 +199,23 @@ def _subtract_kernel(
     v_off,
     v_mat_stride,
     v_row_stride,
+    t,
+    t_off,
+    t_mat_stride,
+    t_row_stride,
     w,
     w_mat_stride,
+    n_parts,
     m,
     ncols,
     NB: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    SPLIT: tl.constexpr,
     ALIGNED: tl.constexpr,
 ):
-    """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix."""
+    """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix; with ``SPLIT``,
+    W[:, cols] = T^T (sum of the ``n_parts`` partial V^T C) first."""
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     n_tiles = tl.cdiv(ncols, BN)
@@ -196,7 +231,15 @@ def _subtract_kernel(
         v_mat = tl.multiple_of(v_mat, 16)
     inside = (rows < m) & (cols < ncols)
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
-    ww = tl.load(w + pid_b * w_mat_stride + ks[:, None] * ncols + cols, mask=cols < ncols, other=0.0)
+    w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * ncols + cols
+    ww = tl.load(w_ptrs, mask=cols < ncols, other=0.0)
+    if SPLIT:
+        i = 1
+        while i < n_parts:  # a few partials: not worth pipelining
+            ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
+            i += 1
+        tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
+        ww = tl.dot(tl.trans(tt), ww, input_precision="tf32x3")
     tile = rows * c_row_stride + cols
     cc = tl.load(src_mat + tile, mask=inside, other=0.0)
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
@@ -238,23 +281,29 @@ def wy_update(
             num_warps=warps,
         )  # fmt: skip
         return
-    work = c.new_empty(batch, nb, ncols)
-    _project_kernel[(triton.cdiv(ncols, block_n), batch)](
+    strips = triton.cdiv(ncols, block_n)
+    part_rows = triton.cdiv(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
+    part_rows = triton.cdiv(part_rows, PROJECT_BM) * PROJECT_BM
+    parts = triton.cdiv(m, part_rows)
+    work = c.new_empty(batch, parts, nb, ncols)
+    t_args = (t_base, t_off, t.stride(0), t.stride(1))
+    _project_kernel[(strips, batch, parts)](
         src_base, src_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
-        t_base, t_off, t.stride(0), t.stride(1),
+        *t_args,
         work, work.stride(0),
-        m, ncols,
-        NB=nb, BM=32, BN=block_n, ALIGNED=aligned, INTERPRETED=INTERPRETED,
+        m, ncols, part_rows,
+        NB=nb, BM=PROJECT_BM, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
         num_warps=warps,
     )  # fmt: skip
     block_m = 64
-    _subtract_kernel[(triton.cdiv(m, block_m) * triton.cdiv(ncols, block_n), batch)](
+    _subtract_kernel[(triton.cdiv(m, block_m) * strips, batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
-        work, work.stride(0),
+        *t_args,
+        work, work.stride(0), parts,
         m, ncols,
-        NB=nb, BM=block_m, BN=block_n, ALIGNED=aligned,
+        NB=nb, BM=block_m, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned,
         num_warps=warps,
     )  # fmt: skip
 

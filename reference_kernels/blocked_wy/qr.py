@@ -84,15 +84,16 @@ class Plan:
 # The plan for n <= each bound (first match). Predictions and the measurements behind them:
 # reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
-    # Picked per size from the H200 sweep of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the
-    # fastest plan that passed every qr_v2 spec of its size with residual <= 4.
+    # Picked per size from the H200 sweep of 2026-11-29, round 3 (benchmarks/kernel_dev.py --sweep):
+    # the fastest plan that passed every qr_v2 spec of its size with residual <= 4. At 512 and 2048
+    # cuBLAS FP32 products beat the split-TF32 Triton ones (8.13 vs 9.40 ms and 9.70 vs 10.21 ms).
     (128, Plan(nb=32, leaf=32, one_reduction=False)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3")),
     (511, Plan(nb=32, leaf=32, update="tf32x3")),
-    (1023, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
-    (2047, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
-    (4095, Plan(nb=64, leaf=16, update="tf32x3", inner="triton")),
-    (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton")),  # leaves of 8, 16 and 32 as m shrinks
+    (1023, Plan(nb=64, leaf=16)),
+    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton")),
+    (4095, Plan(nb=64, leaf=16, inner="triton")),
+    (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton")),  # leaves of 8 (MAX_TILE at 4096 rows)
 )
 
 
