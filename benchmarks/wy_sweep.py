@@ -5,8 +5,8 @@ change a knob or two, and the first default plan (``old``). Each runs every test
 of its size (checker residuals, input unchanged, fresh outputs) and is timed on the benchmark specs.
 Order: ``new`` on every size, then the variants of the sizes that weigh most in the geomean, then
 ``old`` (measured in earlier rounds), while ``--budget-s`` lasts. Then a profile of one eager call
-of ``new`` and ``fused`` at the large sizes (GPU time per kernel). Before any of it, a child process compiles every
-kernel the sweep will launch, in parallel, into Triton's cache (``--prewarm``).
+of ``new`` and its other update at the large sizes (GPU time per kernel). Before any of it, a child
+process compiles every kernel the sweep will launch, in parallel, into Triton's cache (``--prewarm``).
 
 The last lines: per size, each plan's ms per benchmark and worst residual; then ``old``, ``new``
 and ``best`` (the fastest plan per size whose every spec passed with a residual <= 4) over the 12
@@ -43,30 +43,26 @@ def previous_default(n: int) -> Plan:
 
 
 def candidates(n: int) -> dict[str, Plan]:
-    """``old``, ``new`` and one-knob variants of ``new`` for an n x n size, duplicates dropped."""
+    """``old``, ``new`` and variants of ``new`` (a knob or two) for an n x n size, duplicates dropped."""
     new = default_plan(n)
     plans = {"new": new, "old": previous_default(n)}
     if n > new.whole_max:
-        variants = {}
+        other_update = "torch" if new.update == "tf32x3" else "tf32x3"
+        other_inner = "torch" if new.inner == "triton" else "triton"
+        variants: dict[str, dict[str, object]] = {f"upd={other_update}": {"update": other_update}}
         if n < 512:
-            variants |= {"fused": {"update": "fused"}, "nb=64": {"nb": 64, "inner": "triton"}}
+            variants["nb=64"] = {"nb": 64, "inner": "triton"}
         else:
             variants |= {
-                "fused": {"update": "fused"},
-                "fused,leaf=8": {"update": "fused", "leaf": 8, "inner": "triton"},
+                f"inner={other_inner}": {"inner": other_inner},
+                f"upd={other_update},inner={other_inner}": {"update": other_update, "inner": other_inner},
+                "tf32x3,nb=64": {"update": "tf32x3", "inner": "triton", "nb": 64},
+                "tf32x3,nb=32": {"update": "tf32x3", "inner": "triton", "nb": 32},
                 "leaf=8": {"leaf": 8, "inner": "triton"},
-                "fused,nb=32,leaf=16": {"update": "fused", "nb": 32, "leaf": 16, "inner": "triton"},
-                "fused,nb=128": {"update": "fused", "nb": 128, "inner": "triton"},
+                "leaf=32": {"leaf": 32},
+                "nb=128": {"nb": 128, "inner": "triton"},
             }
-            if n < 2048:  # taller sizes issue over a thousand launches per call: the host cannot keep up
-                variants["eager"] = {"graph": False}
-            variants |= {"nb=128": {"nb": 128}, "nb=32": {"nb": 32}, "leaf=16": {"leaf": 16}}
-        variants |= {
-            "3-reduce": {"one_reduction": False},
-            "upd=torch": {"update": "torch"},
-            "inner=torch": {"inner": "torch"},
-        }
-        variants["torch-all"] = {"update": "torch", "inner": "torch"}  # no split TF32 anywhere, new column step
+        variants["3-reduce"] = {"one_reduction": False}
         for name, change in variants.items():
             plan = replace(new, **change)
             if plan not in plans.values():
@@ -166,7 +162,7 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
         torch.cuda.empty_cache()
     if not poisoned:
         for case in (c for c in cases if c.kind == "bench" and c.label in PROFILED):
-            for name in ("new", "fused"):
+            for name in ("new", "upd=tf32x3", "upd=torch"):
                 if (case.n, name) in results and not results[(case.n, name)].failed:
                     log_breakdown(case, name, replace(candidates(case.n)[name], graph=False), log)
     log("\nblocked_wy compiled kernels:")

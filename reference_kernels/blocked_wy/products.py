@@ -2,10 +2,10 @@
 
 Both exist because cuBLAS is slow at what they replace, not at products in general:
 
-- ``wy_update``: ``C <- C - V (T^T (V^T C))`` in two launches (project, then subtract), or one
-  (``fused``: a program per column strip does both), with ``tl.dot`` at ``tf32x3`` (split TF32
-  on tensor cores, FP32-level accuracy, ~2x the FP32 rate). cuBLAS has no split-TF32 mode, and
-  its single-pass TF32 loses the factor gate on badly scaled inputs.
+- ``wy_update``: ``C <- C - V (T^T (V^T C))`` in two launches (project, then subtract) with
+  ``tl.dot`` at ``tf32x3`` (split TF32 on tensor cores, FP32-level accuracy, ~2x the FP32 rate).
+  cuBLAS has no split-TF32 mode, and its single-pass TF32 loses the factor gate on badly scaled
+  inputs.
 - ``leaf_step``: after a leaf of a tall panel is factored, apply its reflectors to the rest of the
   panel and merge its T into the panel's. cuBLAS spends six launches on that, each a product with
   a tiny output and a reduction over every row, which it runs serially in one block per matrix:
@@ -23,7 +23,7 @@ import triton.language as tl
 
 from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned
 
-__all__ = ["FUSED_BN", "leaf_step", "wy_update"]
+__all__ = ["leaf_step", "project_parts", "wy_update"]
 
 # The projection's rows per step, and the fewest rows one of its programs sums when the rows are
 # split across programs (a batch too small to give every multiprocessor a few column strips).
@@ -43,9 +43,6 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-# Columns per program of the fused update: a 32-column strip of a 512-row matrix is 64 KB, so the
-# strips in flight on the whole GPU stay within L2 between their two passes.
-FUSED_BN = 32
 
 
 @triton.jit
@@ -115,78 +112,6 @@ def _project_kernel(
         tl.store(out_ptrs, tl.dot(tl.trans(tt), acc, input_precision="tf32x3"), mask=col_ok)
 
 
-@triton.jit
-def _subtract_rows(
-    src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, neg_w, r0, m, ks, cols, col_ok, BM: tl.constexpr
-):
-    r = r0 + tl.arange(0, BM)[:, None]
-    vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
-    inside = (r < m) & col_ok
-    tile = r * c_row_stride + cols[None, :]
-    cc = tl.load(src_mat + tile, mask=inside, other=0.0)
-    tl.store(dst_mat + tile, tl.dot(vv, neg_w, cc, input_precision="tf32x3"), mask=inside)
-
-
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off"])
-def _fused_update_kernel(
-    src,
-    src_off,
-    dst,
-    dst_off,
-    c_mat_stride,
-    c_row_stride,
-    v,
-    v_off,
-    v_mat_stride,
-    v_row_stride,
-    t,
-    t_off,
-    t_mat_stride,
-    t_row_stride,
-    m,
-    ncols,
-    NB: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    ALIGNED: tl.constexpr,
-    INTERPRETED: tl.constexpr,
-):
-    """dst[:, strip] = src[:, strip] - V T^T V^T src[:, strip] for one BN-column strip of one matrix:
-    the rows are streamed twice (project, then subtract), the second time mostly from L2, and W
-    never leaves registers."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    cols = pid_n * BN + tl.arange(0, BN)
-    ks = tl.arange(0, NB)
-    src_mat = src + src_off + pid_b * c_mat_stride
-    dst_mat = dst + dst_off + pid_b * c_mat_stride
-    v_mat = v + v_off + pid_b * v_mat_stride
-    if ALIGNED:
-        src_mat = tl.multiple_of(src_mat, 16)
-        dst_mat = tl.multiple_of(dst_mat, 16)
-        v_mat = tl.multiple_of(v_mat, 16)
-    col_ok = cols[None, :] < ncols
-    acc = tl.zeros([NB, BN], dtype=tl.float32)
-    if INTERPRETED:
-        r0 = 0
-        while r0 < m:
-            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
-            r0 += BM
-    else:
-        for r0 in tl.range(0, m, BM, num_stages=3):
-            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, BM)
-    tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
-    neg_w = -tl.dot(tl.trans(tt), acc, input_precision="tf32x3")
-    if INTERPRETED:
-        r0 = 0
-        while r0 < m:
-            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, neg_w, r0, m, ks, cols, col_ok, BM)
-            r0 += BM
-    else:
-        for r0 in tl.range(0, m, BM, num_stages=2):
-            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, neg_w, r0, m, ks, cols, col_ok, BM)
-
-
 @triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
 def _subtract_kernel(
     src,
@@ -245,17 +170,13 @@ def _subtract_kernel(
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
-def wy_update(
-    c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None, fused: bool = False
-) -> None:
+def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None) -> None:
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
 
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
-    one layout, every last dimension of unit stride. Split (default): the first launch forms
-    W = T^T V^T s (one program per BN-column strip, streaming the rows), the second subtracts V W
-    tile by tile. ``fused``: one launch, each strip's program does both, W staying in registers
-    and the strip read twice (the second time from L2 while it is still there): one pass over
-    memory and one launch less, but only as many programs as strips, so for large batches.
+    one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
+    program per BN-column strip and row part, streaming the rows; a small batch splits the rows
+    into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -271,16 +192,6 @@ def wy_update(
     aligned = _rows_aligned(c, src, v)
     warps = 4 if nb <= 64 else 8
     block_n = 64
-    if fused:
-        _fused_update_kernel[(triton.cdiv(ncols, FUSED_BN), batch)](
-            src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
-            v_base, v_off, v.stride(0), v.stride(1),
-            t_base, t_off, t.stride(0), t.stride(1),
-            m, ncols,
-            NB=nb, BM=32, BN=FUSED_BN, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-            num_warps=warps,
-        )  # fmt: skip
-        return
     strips = triton.cdiv(ncols, block_n)
     part_rows = triton.cdiv(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
     part_rows = triton.cdiv(part_rows, PROJECT_BM) * PROJECT_BM

@@ -38,7 +38,7 @@ __all__ = [
     "require_square_batch",
 ]
 
-Update = Literal["torch", "tf32x3", "fused"]
+Update = Literal["torch", "tf32x3"]
 Inner = Literal["torch", "triton"]
 
 
@@ -50,9 +50,8 @@ class Plan:
     - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
       register tile stays within ``MAX_TILE`` floats.
     - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
-    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), ``tf32x3`` (two Triton
-      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores) or ``fused`` (the same
-      products in one launch, one program per column strip: for batches that fill the GPU).
+    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products) or ``tf32x3`` (two Triton
+      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores).
     - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
       cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
@@ -73,8 +72,8 @@ class Plan:
             value = getattr(self, name)
             if value <= 0 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value}")
-        if self.update not in ("torch", "tf32x3", "fused"):
-            raise ValueError(f"update must be 'torch', 'tf32x3' or 'fused', got {self.update!r}")
+        if self.update not in ("torch", "tf32x3"):
+            raise ValueError(f"update must be 'torch' or 'tf32x3', got {self.update!r}")
         if self.inner not in ("torch", "triton"):
             raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
         if self.update != "torch" and self.nb < 16:
@@ -130,7 +129,7 @@ def _apply_qt(
 ) -> None:
     """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
     if update != "torch":
-        wy_update(c, v, t, src, fused=update == "fused")
+        wy_update(c, v, t, src)
         return
     if src is not None:
         c.copy_(src)
