@@ -138,6 +138,17 @@ def test_a_whole_batch_can_fall_back() -> None:
     _check(a, (h, tau))
 
 
+def _with_condition(batch: int, n: int, kappa: float, seed: int) -> torch.Tensor:
+    """U diag(s) W^T with s log-spaced from 1 to 1/kappa, made on the CPU (the same matrices on
+    every device: the generator's CUDA draws differ, and with them which route a nearcollinear
+    input takes)."""
+    gen = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(batch, n, n, dtype=torch.float64, generator=gen))
+    w, _ = torch.linalg.qr(torch.randn(batch, n, n, dtype=torch.float64, generator=gen))
+    s = torch.logspace(0, -math.log10(kappa), n, dtype=torch.float64)
+    return ((u * s) @ w.transpose(1, 2)).to(torch.float32)
+
+
 def test_second_pass_failure_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Matrices whose second pass fails its test (forced here) go to blocked_wy, the others keep
     their routes."""
@@ -148,22 +159,37 @@ def test_second_pass_failure_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
         return SecondPass(out.h, out.tau, torch.zeros_like(out.ok))
 
     monkeypatch.setattr(qr_module, "second_pass", failing)
-    a = torch.cat([generate_input(2, 48, 1, 4470, "dense"), generate_input(2, 48, 0, 4471, "nearcollinear")])
-    h, tau, routes = qr_routed(a, PLAN16)
+    # Graphs hold what they captured: none made with the real pass may serve this test, and none
+    # made with the failing one may outlive it.
+    qr_module.clear_graphs()
+    try:
+        a = torch.cat([_with_condition(2, 48, 10.0, 4470), _with_condition(2, 48, 1e6, 4471)]).to(DEVICE)
+        h, tau, routes = qr_routed(a, PLAN16)
+    finally:
+        qr_module.clear_graphs()
     assert routes.tolist() == [Route.CHOLESKY, Route.CHOLESKY, Route.FALLBACK, Route.FALLBACK]
     _check(a, (h, tau))
 
 
 def test_padded_sub_batches_come_in_few_sizes() -> None:
-    """Graphed sub-batches are padded (repeating their first row) to powers of two from 16, capped
-    at the batch: 3 to 6 matrices of pass 2 (what a dense 640 x 512 batch sends) are one size."""
+    """Graphed sub-batches are padded (repeating their first row) to powers of two, capped at the
+    batch."""
     sizes = {len(qr_module._padded(list(range(k)), 640, DEVICE, True)) for k in range(1, 641)}
-    assert sizes == {16, 32, 64, 128, 256, 512, 640}
-    assert {len(qr_module._padded(list(range(k)), 640, DEVICE, True)) for k in range(1, 17)} == {16}
-    assert len(qr_module._padded([4, 1], 8, DEVICE, True)) == 8  # never above the batch
+    assert sizes == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 640}
+    assert len(qr_module._padded([4, 1, 2], 3, DEVICE, True)) == 3  # never above the batch
     index = qr_module._padded([7, 3, 9, 4, 5, 6, 11, 12, 13], 640, DEVICE, True)
     assert index.tolist() == [7, 3, 9, 4, 5, 6, 11, 12, 13] + [7] * 7
     assert len(qr_module._padded([1, 2, 3], 640, DEVICE, False)) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="graphs are captured on CUDA only")
+def test_small_sub_batch_graphs_are_captured_with_the_first_pass() -> None:
+    """A dense batch's few pass-2 or fallback matrices never meet an uncaptured size inside a call."""
+    qr_module.clear_graphs()
+    a = torch.cat([_with_condition(2, 48, 10.0, 4500), _with_condition(2, 48, 1e6, 4501)]).to(DEVICE)
+    qr_routed(a, PLAN16)
+    runner = next(iter(qr_module._RUNNERS.values()))
+    assert sorted(runner._second) == [1, 2, 4]
 
 
 def test_whole_matrix_path_declines_into_the_general_path() -> None:
@@ -175,17 +201,6 @@ def test_whole_matrix_path_declines_into_the_general_path() -> None:
     _check(a, (h, tau))
     assert torch.all(h[1, :, 15:] == 0.0)
     assert torch.all(tau[1, 15:] == 0.0)
-
-
-def _with_condition(batch: int, n: int, kappa: float, seed: int) -> torch.Tensor:
-    """U diag(s) W^T with s log-spaced from 1 to 1/kappa, made on the CPU (the same matrices on
-    every device: the generator's CUDA draws differ, and with them which route a nearcollinear
-    input takes)."""
-    gen = torch.Generator().manual_seed(seed)
-    u, _ = torch.linalg.qr(torch.randn(batch, n, n, dtype=torch.float64, generator=gen))
-    w, _ = torch.linalg.qr(torch.randn(batch, n, n, dtype=torch.float64, generator=gen))
-    s = torch.logspace(0, -math.log10(kappa), n, dtype=torch.float64)
-    return ((u * s) @ w.transpose(1, 2)).to(torch.float32)
 
 
 def test_second_pass_only_where_needed() -> None:

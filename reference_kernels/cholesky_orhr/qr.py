@@ -15,9 +15,10 @@ device and plan), reads the per-matrix status (the one host synchronisation of t
 then replays ``first_factors`` (ORHR and assembly, graphed; skipped when every matrix falls back)
 and only then touches the matrices that need more: ``second_pass`` for a padded sub-batch (also
 graphed, one graph per padded size; a second synchronisation reads its test), then blocked_wy
-(graphed by its own cache) on a padded sub-batch for the fallback. Padding to powers of two of at
-least 16 (``_padded``) keeps the sizes few and stable: with inputs that change every call (the
-evaluator's fresh-inputs rule), finer sizes meant a capture inside many timed calls. Small
+(graphed by its own cache) on a padded sub-batch for the fallback. Sub-batches are padded to powers
+of two (``_padded``) and the small sizes' graphs captured along with the first pass's: with inputs
+that change every call (the evaluator's fresh-inputs rule), the handful of matrices a dense batch
+sends on would otherwise meet a new size, hence a capture, inside many timed calls. Small
 matrices (n <= ``Plan.whole_max``) first try the whole algorithm in one kernel
 (``kernels.whole_qr``); if it declines any, the batch takes the general path. Outputs are fresh
 tensors; all work is on the current stream and complete on return.
@@ -57,19 +58,20 @@ def _call_state(device: torch.device) -> Iterator[None]:
         yield
 
 
-# Smallest padded sub-batch: the handful of matrices a dense batch sends to pass 2 or the fallback
-# varies from input to input, and each new size would be a graph capture (~50 ms) inside a call.
-MIN_SUB_BATCH = 16
+# Sub-batch sizes whose graphs are captured with the first pass's, before any call needs them: a
+# dense batch sends a handful of matrices to pass 2 or the fallback, a different handful for
+# every input, and a first capture inside a call costs ~50 ms. Larger sizes (mixed batches) are
+# stable from input to input and captured when first met.
+PREPARED_SIZES = (1, 2, 4, 8, 16)
 
 
 def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> torch.Tensor:
-    """``rows`` as a device index, with ``pad`` repeated up to the next power of two, at least
-    ``MIN_SUB_BATCH`` and at most ``batch``: sub-batch sizes from a small, stable set, so a graph
-    is captured once per size and fresh inputs of one shape rarely meet a new size. Padding is
-    latency-bound work at these sizes (the padded matrices are copies of the first)."""
+    """``rows`` as a device index, with ``pad`` repeated up to the next power of two (at most
+    ``batch``): sub-batch sizes from a small, stable set, so a graph is captured once per size.
+    The padded matrices are copies of the first; the waste is under half the sub-batch."""
     size = len(rows)
     if pad:
-        size = min(batch, max(MIN_SUB_BATCH, 1 << (size - 1).bit_length()))
+        size = min(batch, 1 << (size - 1).bit_length())
     return torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
 
 
@@ -94,7 +96,16 @@ class _Runner:
             return self._first_pass(a)
         if self._first is None:
             self._first = Graphed(self._first_pass, a)
+            self._prepare(self._first.outputs, a)
         return self._first(a)
+
+    def _prepare(self, first: FirstPass, a: torch.Tensor) -> None:
+        """Capture the small sub-batch graphs (``PREPARED_SIZES``) of pass 2 and the fallback now,
+        so that no call captures one (the first pass's outputs hold no meaningful data yet)."""
+        for size in (s for s in PREPARED_SIZES if s <= self.batch):
+            rows = [0] * size
+            self.second(first, rows)
+            self.fallback(a, rows)
 
     def factors(self, first: FirstPass, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh (H, tau) from the first pass of ``a``."""
