@@ -312,7 +312,7 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
     """The whole algorithm for each small matrix of ``a`` (b x n x n, n <= ``MAX_WHOLE``) in one
     program: FP64 CholeskyQR, ORHR, H and tau written to ``h``/``tau``, but only where the matrix has
     something below its diagonal, no zero column, a successful Cholesky and ||Q^T Q - I||_F <=
-    ``tight``. Returns the b bool flags of the matrices done; the others are left untouched."""
+    ``tight``. Returns the b flags (int8, 1: done) of the matrices; the others are left untouched."""
     batch, n, _ = a.shape
     if n > MAX_WHOLE:
         raise ValueError(f"whole-matrix kernel takes n <= {MAX_WHOLE}, got {n}")
@@ -320,7 +320,7 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
     done = torch.empty(batch, dtype=torch.int8, device=a.device)
     tile = _tile(n)
     _whole_kernel[(batch,)](a, h, tau, done, n, tight, BLOCK=tile, num_warps=_warps(tile))
-    return done.bool()
+    return done
 
 
 # ---------------------------------------------------------------------------------------------

@@ -178,21 +178,31 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
     return h, tau, status
 
 
-def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
+def _factor(a: torch.Tensor, plan: Plan | None) -> tuple[torch.Tensor, torch.Tensor, list[int] | None]:
+    """(H, tau, each matrix's route; None when the one-kernel path took the whole batch). The
+    one-kernel path is host-bound (one launch, one synchronisation): it skips everything a call
+    does not need there, the library-precision context included (no library products run)."""
     require_square_batch(a)
     a = a.contiguous()
     batch, n, _ = a.shape
     plan = plan or default_plan(batch, n)
     if a.numel() == 0:
-        return torch.empty_like(a), a.new_empty((batch, n)), torch.empty(0, dtype=torch.int8)
-    with _call_state(a.device):
-        if n <= plan.whole_max:
-            h = torch.empty_like(a)
-            tau = a.new_empty((batch, n))
+        return torch.empty_like(a), a.new_empty((batch, n)), []
+    if n <= plan.whole_max:
+        h = torch.empty_like(a)
+        tau = a.new_empty((batch, n))
+        with torch.cuda.device(a.device) if a.is_cuda else nullcontext():
             if whole_qr(a, h, tau, tight_loss(n)).all().item():
-                return h, tau, torch.full((batch,), int(Route.CHOLESKY), dtype=torch.int8)
-        h, tau, routes = _general(a, plan)
+                return h, tau, None
+    with _call_state(a.device):
+        return _general(a, plan)
+
+
+def qr_routed(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(H, tau, routes): :func:`qr` plus each matrix's :class:`Route` (a CPU int8 tensor)."""
+    h, tau, routes = _factor(a, plan)
+    if routes is None:
+        return h, tau, torch.full((a.shape[0],), int(Route.CHOLESKY), dtype=torch.int8)
     return h, tau, torch.tensor(routes, dtype=torch.int8)
 
 
@@ -202,5 +212,5 @@ def qr(a: torch.Tensor, plan: Plan | None = None) -> tuple[torch.Tensor, torch.T
     Returns fresh tensors (H b x n x n, tau b x n); ``a`` is not modified. ``plan``: see :class:`Plan`
     (default: :func:`default_plan` for the batch and size).
     """
-    h, tau, _ = qr_routed(a, plan)
+    h, tau, _ = _factor(a, plan)
     return h, tau
