@@ -104,16 +104,25 @@ def product_rates(log: Log) -> None:
 
 def plans(args: argparse.Namespace) -> dict[str, PlanFor]:
     """``auto`` (qr's own choice per shape, ``default_plan``), ``eager`` (the same without CUDA
-    graphs: the launch-bound path, for the breakdown) and every ``--leaf`` x ``--block`` x
-    ``--whole-max`` (named l<leaf>b<block>w<whole_max>)."""
+    graphs: the launch-bound path, for the breakdown), every ``--leaf`` x ``--block`` x
+    ``--whole-max`` (named l<leaf>b<block>w<whole_max>) and each ``--second-pass-min`` on the
+    default plan (p2min<k>)."""
     knobs = [[int(v) for v in text.split(",") if v] for text in (args.leaf, args.block, args.whole_max)]
-    return {
-        "auto": default_plan,
-        "eager": lambda batch, n: replace(default_plan(batch, n), graph=False),
-    } | {
-        f"l{leaf}b{block}w{whole}": _fixed(Plan(leaf=leaf, block=block, whole_max=whole))
-        for leaf, block, whole in itertools.product(*knobs)
-    }
+    minimums = [int(v) for v in args.second_pass_min.split(",") if v]
+    return (
+        {
+            "auto": default_plan,
+            "eager": lambda batch, n: replace(default_plan(batch, n), graph=False),
+        }
+        | {
+            f"l{leaf}b{block}w{whole}": _fixed(Plan(leaf=leaf, block=block, whole_max=whole))
+            for leaf, block, whole in itertools.product(*knobs)
+        }
+        | {
+            f"p2min{k}": lambda batch, n, k=k: replace(default_plan(batch, n), second_pass_min=k)
+            for k in minimums
+        }
+    )
 
 
 def _fixed(plan: Plan) -> PlanFor:
@@ -212,6 +221,7 @@ def main() -> int:
     parser.add_argument("--leaf", default="32,64", help="leaf widths to try (<= 64)")
     parser.add_argument("--block", default="256", help="product split thresholds to try")
     parser.add_argument("--whole-max", default="32", help="largest n for the one-kernel path (0: off), e.g. 0,32")
+    parser.add_argument("--second-pass-min", default="", help="fewest matrices worth a second pass, e.g. 1,32")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-breakdown", action="store_true")
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop timing once this much wall time passed")

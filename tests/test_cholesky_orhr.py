@@ -23,6 +23,7 @@ if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -147,6 +148,18 @@ def _with_condition(batch: int, n: int, kappa: float, seed: int) -> torch.Tensor
     w, _ = torch.linalg.qr(torch.randn(batch, n, n, dtype=torch.float64, generator=gen))
     s = torch.logspace(0, -math.log10(kappa), n, dtype=torch.float64)
     return ((u * s) @ w.transpose(1, 2)).to(torch.float32)
+
+
+def test_few_second_passes_join_the_fallback() -> None:
+    """Below ``second_pass_min`` matrices, those needing a second pass go to blocked_wy instead."""
+    a = torch.cat([_with_condition(2, 48, 10.0, 4500), _with_condition(2, 48, 1e6, 4501)]).to(DEVICE)
+    plan = replace(PLAN16, second_pass_min=3)
+    h, tau, routes = qr_routed(a, plan)
+    assert routes.tolist() == [Route.CHOLESKY, Route.CHOLESKY, Route.FALLBACK, Route.FALLBACK]
+    _check(a, (h, tau))
+    assert qr_routed(a, replace(PLAN16, second_pass_min=2))[2].tolist()[2:] == [Route.CHOLESKY2] * 2
+    with pytest.raises(ValueError, match="second_pass_min"):
+        Plan(second_pass_min=0)
 
 
 def test_second_pass_failure_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,12 +17,16 @@ class Plan:
     - ``whole_max``: matrices with n <= whole_max first try the one-kernel path (0: never).
     - ``graph``: on CUDA, replay the fixed-shape passes as CUDA graphs (False: launch them eagerly,
       to compare or profile).
+    - ``second_pass_min``: the fewest matrices worth a second CholeskyQR pass. Pass 2 and ORHR are
+      a chain of dependent launches whose time hardly depends on how many matrices go through it;
+      when fewer need it, they join the fallback's sub-batch instead (blocked_wy, one chain).
     """
 
     leaf: int = DEFAULT_LEAF
     block: int = BLOCK
     whole_max: int = MAX_WHOLE
     graph: bool = True
+    second_pass_min: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.leaf <= MAX_LEAF:
@@ -31,6 +35,8 @@ class Plan:
             raise ValueError(f"block must be positive, got {self.block}")
         if not 0 <= self.whole_max <= MAX_WHOLE:
             raise ValueError(f"whole_max must be in [0, {MAX_WHOLE}], got {self.whole_max}")
+        if self.second_pass_min < 1:
+            raise ValueError(f"second_pass_min must be positive, got {self.second_pass_min}")
 
 
 DEFAULT_PLAN = Plan()

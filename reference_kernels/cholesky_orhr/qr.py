@@ -104,7 +104,8 @@ class _Runner:
         so that no call captures one (the first pass's outputs hold no meaningful data yet)."""
         for size in (s for s in PREPARED_SIZES if s <= self.batch):
             rows = [0] * size
-            self.second(first, rows)
+            if size >= self.plan.second_pass_min:
+                self.second(first, rows)
             self.fallback(a, rows)
 
     def factors(self, first: FirstPass, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,6 +160,10 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
     else:
         h, tau = torch.empty_like(a), a.new_empty(a.shape[:2])
     redo = [i for i, s in enumerate(status) if s == Route.CHOLESKY2]
+    if len(redo) < plan.second_pass_min:
+        for i in redo:
+            status[i] = Route.FALLBACK
+        redo = []
     fallback = [i for i, s in enumerate(status) if s == Route.FALLBACK]
     if redo:
         second = runner.second(first, redo)
