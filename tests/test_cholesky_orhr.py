@@ -150,6 +150,40 @@ def _with_condition(batch: int, n: int, kappa: float, seed: int) -> torch.Tensor
     return ((u * s) @ w.transpose(1, 2)).to(torch.float32)
 
 
+def test_rankdef_batch_runs_over_its_nonzero_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose Gram-route matrices are all zero past column 36 (rankdef at n = 48) runs its
+    passes over 48 -> 40 columns (the leaf, 8, rounds 36 up); a triangular matrix and one with a
+    zero column inside (fallback) do not widen it. Columns past each width come out zero."""
+    a = generate_input(4, 48, 1, 4700, "rankdef")
+    a[2] = torch.triu(generate_input(1, 48, 1, 4701)[0])  # triangular: H = A, whatever its width
+    a[3, :, 5] = 0.0  # a zero column before non-zero ones: the fallback
+    a = a.to(DEVICE)
+    widths: list[int] = []
+    real = qr_module.first_pass
+
+    def spy(*args: object) -> object:
+        widths.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(qr_module, "first_pass", spy)
+    qr_module.clear_graphs()
+    try:
+        h, tau, routes = qr_routed(a, Plan(leaf=8, whole_max=0))
+    finally:
+        qr_module.clear_graphs()
+    assert set(widths) == {40}
+    assert routes.tolist() == [Route.CHOLESKY, Route.CHOLESKY, Route.TRIANGULAR, Route.FALLBACK]
+    _check(a, (h, tau))
+    assert torch.all(h[:2, :, 36:] == 0.0)
+    assert torch.all(tau[:2, 36:] == 0.0)
+    assert torch.equal(h[2], a[2])
+
+
+def test_pass_width() -> None:
+    assert [qr_module.pass_width(w, 512, 32) for w in (0, 1, 384, 385, 500, 512)] == [32, 32, 384, 416, 512, 512]
+    assert qr_module.pass_width(20, 24, 32) == 24
+
+
 def test_few_second_passes_join_the_fallback() -> None:
     """Below ``second_pass_min`` matrices, those needing a second pass go to blocked_wy instead."""
     a = torch.cat([_with_condition(2, 48, 10.0, 4500), _with_condition(2, 48, 1e6, 4501)]).to(DEVICE)
@@ -394,13 +428,13 @@ _LAUNCHES = [
      {"BLOCK_R": 64, "BLOCK_C": 32}, 4),
     (kernels._assemble_kernel,
      {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i32", "width": "*i32", "a": "*fp32",
-      "h": "*fp32", "tau_out": "*fp32", "n": "i32"},
+      "h": "*fp32", "tau_out": "*fp32", "n": "i32", "kw": "i32"},
      {"BLOCK": 32}, 4),
-    # n = 1 is specialised as a constant by the launcher.
+    # n = k = 1 are specialised as constants by the launcher.
     (kernels._assemble_kernel,
      {"w": "*fp32", "r": "*fp64", "sign": "*fp32", "tau": "*fp32", "index": "*i32", "width": "*i32", "a": "*fp32",
       "h": "*fp32", "tau_out": "*fp32"},
-     {"n": 1, "BLOCK": 32}, 4),
+     {"n": 1, "kw": 1, "BLOCK": 32}, 4),
 ]  # fmt: skip
 
 

@@ -328,7 +328,7 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
 
 
 @triton.jit
-def _assemble_kernel(w, r, sign, tau, index, width, a, h, tau_out, n, BLOCK: tl.constexpr):
+def _assemble_kernel(w, r, sign, tau, index, width, a, h, tau_out, n, kw, BLOCK: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
@@ -338,17 +338,19 @@ def _assemble_kernel(w, r, sign, tau, index, width, a, h, tau_out, n, BLOCK: tl.
     k = tl.load(width + pid)
     inside = (r2 < n) & (c2 < n)
     lower = r2 > c2
-    live = c2 < k  # columns past the width are exact zeros of A: zero reflectors, zero R
-    v = tl.load(w + pid * n * n + r2 * n + c2, mask=inside & lower & live, other=0.0)
-    rr = tl.load(r + pid * n * n + r2 * n + c2, mask=inside & (r2 <= c2) & live, other=0.0)
-    s = tl.load(sign + pid * n + rows, mask=rows < n, other=0.0)
+    # Columns past the width are exact zeros of A: zero reflectors, zero R. The factors hold the
+    # first kw columns only (kw >= every width the Gram route took).
+    live = (c2 < k) & (c2 < kw)
+    v = tl.load(w + pid * n * kw + r2 * kw + c2, mask=inside & lower & live, other=0.0)
+    rr = tl.load(r + pid * kw * kw + r2 * kw + c2, mask=inside & (r2 <= c2) & live, other=0.0)
+    s = tl.load(sign + pid * kw + rows, mask=rows < kw, other=0.0)
     out = tl.where(lower, v.to(tl.float64), s[:, None].to(tl.float64) * rr.to(tl.float64))
     # width < 0: nothing below the diagonal, geqrf's answer is H = A, tau = 0.
     original = tl.load(a + dst * n * n + r2 * n + c2, mask=inside & (k < 0), other=0.0)
     out = tl.where(k < 0, original.to(tl.float64), out)
     tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=inside)
     if tl.program_id(1) == 0:
-        t = tl.load(tau + pid * n + cols, mask=cols < k, other=0.0)
+        t = tl.load(tau + pid * kw + cols, mask=(cols < k) & (cols < kw), other=0.0)
         tl.store(tau_out + pid * n + cols, t, mask=cols < n)
 
 
@@ -364,11 +366,12 @@ def assemble(
     tau_out: torch.Tensor,
 ) -> None:
     """H[i] = strict-lower(W[i]) + S[i] R[i] on columns < width[i] and zero past them, tau_out[i] =
-    tau[i] likewise; where width[i] < 0 instead H[i] = a[index[i]], tau_out[i] = 0. W (ORHR LU),
-    R, H are b x n x n, S, tau, tau_out b x n, ``index`` and ``width`` (int32) b, ``a`` b' x n x n.
-    One pass, so the triangular route and the zero columns cost no extra copies."""
+    tau[i] likewise; where width[i] < 0 instead H[i] = a[index[i]], tau_out[i] = 0. W (ORHR LU) is
+    b x n x k, R b x k x k, S and tau b x k (the first k columns: every width[i] >= 0 is <= k),
+    H b x n x n, tau_out b x n, ``index`` and ``width`` (int32) b, ``a`` b' x n x n. One pass, so the
+    triangular route and the zero columns cost no extra copies."""
     _check_contiguous(w, r, sign, tau, index, width, a, h, tau_out)
-    batch, n, _ = w.shape
+    batch, n, k = w.shape
     block = 32
     grid = (batch, triton.cdiv(n, block), triton.cdiv(n, block))
-    _assemble_kernel[grid](w, r, sign, tau, index, width, a, h, tau_out, n, BLOCK=block)
+    _assemble_kernel[grid](w, r, sign, tau, index, width, a, h, tau_out, n, k, BLOCK=block)

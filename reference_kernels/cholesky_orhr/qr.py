@@ -10,23 +10,25 @@ Every matrix is routed on its own structure and its own numbers (see ``pipeline.
 - ``FALLBACK``: blocked Householder QR, for a zero column followed by non-zero ones, and for
   matrices whose CholeskyQR broke down or failed the accuracy test (nearrank: kappa ~ 1e8).
 
-A call runs ``pipeline.first_pass`` on the whole batch (on CUDA a graph captured once per shape,
-device and plan), reads the per-matrix status (the one host synchronisation of the common case),
-then replays ``first_factors`` (ORHR and assembly, graphed; skipped when every matrix falls back)
-and only then touches the matrices that need more: ``second_pass`` for a padded sub-batch (also
-graphed, one graph per padded size; a second synchronisation reads its test), then blocked_wy
-(graphed by its own cache) on a padded sub-batch for the fallback. Sub-batches are padded to powers
-of two (``_padded``) and the small sizes' graphs captured along with the first pass's: with inputs
-that change every call (the evaluator's fresh-inputs rule), the handful of matrices a dense batch
-sends on would otherwise meet a new size, hence a capture, inside many timed calls. Small
-matrices (n <= ``Plan.whole_max``) first try the whole algorithm in one kernel
-(``kernels.whole_qr``); if it declines any, the batch takes the general path. Outputs are fresh
-tensors; all work is on the current stream and complete on return.
+A call runs ``pipeline.structure`` (on CUDA a graph captured once per shape, device and plan) and
+reads the widest matrix the Gram route takes (a host synchronisation), runs ``pipeline.first_pass``
+over that many leading columns (a graph per width: a rankdef batch skips its zero columns), reads
+the per-matrix status (a second synchronisation), then replays ``first_factors`` (ORHR and
+assembly, graphed; skipped when every matrix falls back) and only then touches the matrices that
+need more: ``second_pass`` for a padded sub-batch (also graphed, one graph per padded size; a
+further synchronisation reads its test; fewer than ``Plan.second_pass_min`` join the fallback
+instead), then blocked_wy (graphed by its own cache) on a padded sub-batch for the fallback.
+Sub-batches are padded to powers of two (``_padded``) and the small sizes' graphs captured along
+with the first ones: with inputs that change every call (the evaluator's fresh-inputs rule), the
+handful of matrices a dense batch sends on would otherwise meet a new size, hence a capture,
+inside many timed calls. Small matrices (n <= ``Plan.whole_max``) first try the whole algorithm in
+one kernel (``kernels.whole_qr``); if it declines any, the batch takes the general path. Outputs
+are fresh tensors; all work is on the current stream and complete on return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -40,9 +42,11 @@ from reference_kernels.cholesky_orhr.pipeline import (
     FirstPass,
     Route,
     SecondPass,
+    Structure,
     first_factors,
     first_pass,
     second_pass,
+    structure,
 )
 from reference_kernels.cholesky_orhr.plan import Plan, default_plan
 
@@ -75,59 +79,92 @@ def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> tor
     return torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
 
 
-class _Runner:
-    """The passes for one (shape, device, plan): graphed on CUDA when the plan says so (and not
-    inside someone else's capture), else eager with the same synchronisations."""
+def pass_width(widest: int, n: int, leaf: int) -> int:
+    """Columns the passes run over: the widest Gram-route matrix, rounded up to a multiple of the
+    leaf (a few widths per size, so a few graphs), at least one leaf and at most n."""
+    return min(n, max(leaf, -(-widest // leaf) * leaf))
 
-    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
-        self.plan = plan
-        self.batch = like.shape[0]
-        self.probes = probe_matrix(like.shape[-1], like.device)
-        self.graph = plan.graph and like.is_cuda and not torch.cuda.is_current_stream_capturing()
-        self._first: Graphed[FirstPass] | None = None
-        self._factors: Graphed[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+class _Passes:
+    """The passes over the first ``k`` columns for one (shape, device, plan): graphed on CUDA when
+    the plan says so, reading the structure step's captured input and results, else eager."""
+
+    def __init__(self, runner: _Runner, src: torch.Tensor, s: Structure, k: int) -> None:
+        self.runner = runner
+        self.probes = runner.probes[:k]  # the first k rows of the n-row probes: the same draws
+        self.k = k
+        plan = runner.plan
+        self._first: Graphed[FirstPass] | Callable[[], FirstPass] = lambda: first_pass(src, s, self.probes, k, plan)
+        self._factors: Callable[[FirstPass], tuple[torch.Tensor, torch.Tensor]] = (
+            lambda first: first_factors(first, src, plan)
+        )
         self._second: dict[int, Graphed[SecondPass]] = {}
+        if runner.graph:
+            self._first = Graphed(self._first)
+            first = self._first.outputs
+            factors = Graphed(lambda: first_factors(first, src, plan))
+            self._factors = lambda _first: tuple(x.clone() for x in factors())
+            self._prepare(first)
 
-    def _first_pass(self, a: torch.Tensor) -> FirstPass:
-        return first_pass(a, self.probes, self.plan)
+    def _prepare(self, first: FirstPass) -> None:
+        """Capture the small sub-batch graphs (``PREPARED_SIZES``) of pass 2 now, so that no call
+        captures one (the first pass's outputs hold no meaningful data yet)."""
+        for size in PREPARED_SIZES:
+            if self.runner.plan.second_pass_min <= size <= self.runner.batch:
+                self.second(first, [0] * size)
 
-    def first(self, a: torch.Tensor) -> FirstPass:
-        if not self.graph:
-            return self._first_pass(a)
-        if self._first is None:
-            self._first = Graphed(self._first_pass, a)
-            self._prepare(self._first.outputs, a)
-        return self._first(a)
+    def first(self) -> FirstPass:
+        return self._first()
 
-    def _prepare(self, first: FirstPass, a: torch.Tensor) -> None:
-        """Capture the small sub-batch graphs (``PREPARED_SIZES``) of pass 2 and the fallback now,
-        so that no call captures one (the first pass's outputs hold no meaningful data yet)."""
-        for size in (s for s in PREPARED_SIZES if s <= self.batch):
-            rows = [0] * size
-            if size >= self.plan.second_pass_min:
-                self.second(first, rows)
-            self.fallback(a, rows)
-
-    def factors(self, first: FirstPass, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fresh (H, tau) from the first pass of ``a``."""
-        if not self.graph:
-            return first_factors(first, a, self.plan)
-        if self._factors is None:
-            assert self._first is not None
-            captured = self._first.inputs[0]  # the graphed first pass's copy of ``a``
-            self._factors = Graphed(lambda: first_factors(first, captured, self.plan))
-        h, tau = self._factors()
-        return h.clone(), tau.clone()
+    def factors(self, first: FirstPass) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh (H, tau) from the first pass."""
+        return self._factors(first)
 
     def second(self, first: FirstPass, rows: list[int]) -> SecondPass:
         """Pass 2 for ``rows``; the result's first len(rows) entries are theirs."""
-        index = _padded(rows, self.batch, first.q.device, self.graph)
-        if not self.graph:
-            return second_pass(first, index, self.probes, self.plan)
+        plan = self.runner.plan
+        index = _padded(rows, self.runner.batch, first.q.device, self.runner.graph)
+        if not self.runner.graph:
+            return second_pass(first, index, self.probes, plan)
         if len(index) not in self._second:
             # Reads the first pass's captured Q and R: ``first`` is that graph's output here.
-            self._second[len(index)] = Graphed(lambda i: second_pass(first, i, self.probes, self.plan), index)
+            self._second[len(index)] = Graphed(lambda i: second_pass(first, i, self.probes, plan), index)
         return self._second[len(index)](index)
+
+
+class _Runner:
+    """Everything for one (shape, device, plan): the structure step, the passes per width, the
+    fallback. Graphed on CUDA when the plan says so (and not inside someone else's capture), else
+    eager with the same synchronisations."""
+
+    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
+        self.plan = plan
+        self.batch, self.n, _ = like.shape
+        self.probes = probe_matrix(self.n, like.device)
+        self.graph = plan.graph and like.is_cuda and not torch.cuda.is_current_stream_capturing()
+        self._structure: Graphed[Structure] | None = None
+        self._passes: dict[int, _Passes] = {}
+
+    def passes(self, a: torch.Tensor) -> _Passes:
+        """Classify ``a`` (one host synchronisation: the width) and return the passes for it."""
+        if self.graph:
+            if self._structure is None:
+                self._structure = Graphed(structure, a)
+                self._prepare_fallback(a)
+            s, src = self._structure(a), self._structure.inputs[0]
+        else:
+            s, src = structure(a), a
+        k = pass_width(int(s.widest), self.n, self.plan.leaf)
+        if not self.graph:
+            return _Passes(self, src, s, k)
+        if k not in self._passes:
+            self._passes[k] = _Passes(self, src, s, k)
+        return self._passes[k]
+
+    def _prepare_fallback(self, a: torch.Tensor) -> None:
+        """Capture blocked_wy's graphs for the small sub-batch sizes (``PREPARED_SIZES``) now."""
+        for size in (s for s in PREPARED_SIZES if s <= self.batch):
+            self.fallback(a, [0] * size)
 
     def fallback(self, a: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """blocked_wy for ``rows``; the result's first len(rows) entries are theirs."""
@@ -153,10 +190,11 @@ def _runner(a: torch.Tensor, plan: Plan) -> _Runner:
 def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """(H, tau, routes) through the passes and the fallback."""
     runner = _runner(a, plan)
-    first = runner.first(a)
+    passes = runner.passes(a)
+    first = passes.first()
     status = first.status.tolist()
     if any(s in (Route.TRIANGULAR, Route.CHOLESKY, Route.CHOLESKY2) for s in status):
-        h, tau = runner.factors(first, a)
+        h, tau = passes.factors(first)
     else:
         h, tau = torch.empty_like(a), a.new_empty(a.shape[:2])
     redo = [i for i, s in enumerate(status) if s == Route.CHOLESKY2]
@@ -166,7 +204,7 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
         redo = []
     fallback = [i for i, s in enumerate(status) if s == Route.FALLBACK]
     if redo:
-        second = runner.second(first, redo)
+        second = passes.second(first, redo)
         index = torch.tensor(redo, dtype=torch.long, device=a.device)
         h.index_copy_(0, index, second.h[: len(redo)])
         tau.index_copy_(0, index, second.tau[: len(redo)])
