@@ -32,18 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from reference_kernels.blocked_wy import DEFAULT_PLANS, Plan, default_plan  # noqa: E402
-from reference_kernels.blocked_wy.products import UpdateTiles  # noqa: E402
 
 RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the contest's gate
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
-
-
-TILE_VARIANTS = {
-    "p64": UpdateTiles(project_bm=64),
-    "bn128w8": UpdateTiles(project_bn=128, subtract_bn=128, warps=8),
-    "s128w8": UpdateTiles(subtract_bm=128, warps=8),
-    "big": UpdateTiles(project_bm=64, project_bn=128, subtract_bm=128, subtract_bn=128, warps=8),
-}
 
 
 def previous_default(n: int) -> Plan:
@@ -67,11 +58,11 @@ def candidates(n: int) -> dict[str, Plan]:
                 f"upd={other_update},inner={other_inner}": {"update": other_update, "inner": other_inner},
                 "tf32x3,nb=64": {"update": "tf32x3", "inner": "triton", "nb": 64},
                 "tf32x3,nb=32": {"update": "tf32x3", "inner": "triton", "nb": 32},
+                "leaf=8": {"leaf": 8, "inner": "triton"},
+                "leaf=32": {"leaf": 32},
+                "nb=128": {"nb": 128, "inner": "triton"},
             }
-            # Tile shapes of the split-TF32 update (all compile without spills for sm_90 at nb 32/64).
-            variants |= {
-                f"tf32x3,tiles={name}": {"update": "tf32x3", "tiles": tiles} for name, tiles in TILE_VARIANTS.items()
-            }
+        variants["3-reduce"] = {"one_reduction": False}
         for name, change in variants.items():
             plan = replace(new, **change)
             if plan not in plans.values():

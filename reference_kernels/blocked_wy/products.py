@@ -17,37 +17,18 @@ operand rows in registers, and these tiles spill kilobytes (ptxas, sm_90). The l
 runtime ``range`` bound (numpy >= 2.4); the loop body is shared.
 """
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned
 
-__all__ = ["UpdateTiles", "leaf_step", "project_parts", "wy_update"]
+__all__ = ["leaf_step", "project_parts", "wy_update"]
 
-# The fewest rows one program of the projection sums when the rows are split across programs (a
-# batch too small to give every multiprocessor a few column strips).
+# The projection's rows per step, and the fewest rows one of its programs sums when the rows are
+# split across programs (a batch too small to give every multiprocessor a few column strips).
+PROJECT_BM = 32
 MIN_PART_ROWS = 256
-
-
-@dataclass(frozen=True)
-class UpdateTiles:
-    """Tile shapes of the trailing update: the projection's rows per step and columns per program,
-    the subtraction's rows and columns per program, and warps per program (doubled for nb > 64)."""
-
-    project_bm: int = 32
-    project_bn: int = 64
-    subtract_bm: int = 64
-    subtract_bn: int = 64
-    warps: int = 4
-
-    def __post_init__(self) -> None:
-        for name in ("project_bm", "project_bn", "subtract_bm", "subtract_bn", "warps"):
-            value = getattr(self, name)
-            if value < (1 if name == "warps" else 16) or value & (value - 1):
-                raise ValueError(f"{name} must be a power of two (>= 16 for a tile), got {value}")
 
 
 def project_parts(m: int, programs: int, multiprocessors: int) -> int:
@@ -189,13 +170,7 @@ def _subtract_kernel(
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
-def wy_update(
-    c: torch.Tensor,
-    v: torch.Tensor,
-    t: torch.Tensor,
-    src: torch.Tensor | None = None,
-    tiles: UpdateTiles = UpdateTiles(),
-) -> None:
+def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None) -> None:
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
 
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
@@ -215,10 +190,11 @@ def wy_update(
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
     aligned = _rows_aligned(c, src, v)
-    warps = tiles.warps if nb <= 64 else 2 * tiles.warps
-    strips = triton.cdiv(ncols, tiles.project_bn)
+    warps = 4 if nb <= 64 else 8
+    block_n = 64
+    strips = triton.cdiv(ncols, block_n)
     part_rows = triton.cdiv(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
-    part_rows = triton.cdiv(part_rows, tiles.project_bm) * tiles.project_bm
+    part_rows = triton.cdiv(part_rows, PROJECT_BM) * PROJECT_BM
     parts = triton.cdiv(m, part_rows)
     work = c.new_empty(batch, parts, nb, ncols)
     t_args = (t_base, t_off, t.stride(0), t.stride(1))
@@ -228,17 +204,17 @@ def wy_update(
         *t_args,
         work, work.stride(0),
         m, ncols, part_rows,
-        NB=nb, BM=tiles.project_bm, BN=tiles.project_bn, SPLIT=parts > 1, ALIGNED=aligned,
-        INTERPRETED=INTERPRETED, num_warps=warps,
+        NB=nb, BM=PROJECT_BM, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
+        num_warps=warps,
     )  # fmt: skip
-    tiles_per_matrix = triton.cdiv(m, tiles.subtract_bm) * triton.cdiv(ncols, tiles.subtract_bn)
-    _subtract_kernel[(tiles_per_matrix, batch)](
+    block_m = 64
+    _subtract_kernel[(triton.cdiv(m, block_m) * strips, batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
         work, work.stride(0), parts,
         m, ncols,
-        NB=nb, BM=tiles.subtract_bm, BN=tiles.subtract_bn, SPLIT=parts > 1, ALIGNED=aligned,
+        NB=nb, BM=block_m, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned,
         num_warps=warps,
     )  # fmt: skip
 

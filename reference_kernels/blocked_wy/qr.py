@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
-from reference_kernels.blocked_wy.products import UpdateTiles, leaf_step, wy_update
+from reference_kernels.blocked_wy.products import leaf_step, wy_update
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -54,7 +54,6 @@ class Plan:
       launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores).
     - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
       cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
-    - ``tiles``: tile shapes of the ``tf32x3`` trailing update's kernels.
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and the input copy is folded into the first update.
@@ -65,7 +64,6 @@ class Plan:
     whole_max: int = 128
     update: Update = "torch"
     inner: Inner = "torch"
-    tiles: UpdateTiles = UpdateTiles()  # noqa: RUF009 (frozen: one shared default is safe)
     one_reduction: bool = True
     graph: bool = True
 
@@ -127,16 +125,11 @@ def ieee_fp32() -> Iterator[None]:
 
 
 def _apply_qt(
-    c: torch.Tensor,
-    v: torch.Tensor,
-    t: torch.Tensor,
-    update: Update,
-    src: torch.Tensor | None = None,
-    tiles: UpdateTiles = UpdateTiles(),  # noqa: B008 (frozen: one shared default is safe)
+    c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update, src: torch.Tensor | None = None
 ) -> None:
     """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
     if update != "torch":
-        wy_update(c, v, t, src, tiles)
+        wy_update(c, v, t, src)
         return
     if src is not None:
         c.copy_(src)
@@ -200,7 +193,7 @@ def _factor_in_place(
         v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n)
         if j1 < n:
             first = src[:, j0:, j1:] if src is not None and j0 == 0 else None
-            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles)
+            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first)
 
 
 class _GraphedQR:
