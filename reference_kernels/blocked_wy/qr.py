@@ -175,18 +175,15 @@ def _factor_block(
     return v, t
 
 
-def _factor_in_place(
-    h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None, start: int = 0, stop: int = -1
-) -> None:
+def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``: the first
     panel's columns are copied and the first trailing update reads the rest from ``src``, which
-    saves a pass over memory. ``start`` and ``stop`` (multiples of ``plan.nb``; -1: to the end)
-    bound the panels done, so a call can be split between eager launches and a graph.
+    saves a pass over memory.
     """
     n = h.shape[-1]
-    for j0 in range(start, n if stop < 0 else min(stop, n), plan.nb):
+    for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
             h[:, :, :j1].copy_(src[:, :, :j1])
@@ -197,12 +194,9 @@ def _factor_in_place(
 
 
 class _GraphedQR:
-    """A blocked factorisation for a fixed (shape, device, plan): the first panel launched eagerly
-    from the caller's tensor (it reads the input, so no copy into a static buffer is needed: one
-    pass over memory less), the other panels captured once and replayed per call."""
+    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call."""
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
-        self.plan = plan
         self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
         current = torch.cuda.current_stream(like.device)
@@ -214,10 +208,10 @@ class _GraphedQR:
         current.wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_in_place(self.h, self.tau, plan, start=plan.nb)
+            _factor_in_place(self.h, self.tau, plan)
 
     def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _factor_in_place(self.h, self.tau, self.plan, src=a, stop=self.plan.nb)
+        self.h.copy_(a)
         self.graph.replay()
         return self.h.clone(), self.tau.clone()
 
