@@ -104,16 +104,15 @@ def product_rates(log: Log) -> None:
 
 def plans(args: argparse.Namespace) -> dict[str, PlanFor]:
     """``auto`` (qr's own choice per shape, ``default_plan``), ``eager`` (the same without CUDA
-    graphs: the launch-bound path, for the breakdown), every ``--leaf`` x ``--block`` x
+    graphs: the launch-bound path, for the breakdown; not with ``--no-breakdown``), every ``--leaf`` x ``--block`` x
     ``--whole-max`` (named l<leaf>b<block>w<whole_max>) and each ``--second-pass-min`` on the
     default plan (p2min<k>)."""
     knobs = [[int(v) for v in text.split(",") if v] for text in (args.leaf, args.block, args.whole_max)]
     minimums = [int(v) for v in args.second_pass_min.split(",") if v]
+    eager = {} if args.no_breakdown else {"eager": lambda batch, n: replace(default_plan(batch, n), graph=False)}
     return (
-        {
-            "auto": default_plan,
-            "eager": lambda batch, n: replace(default_plan(batch, n), graph=False),
-        }
+        {"auto": default_plan}
+        | eager
         | {
             f"l{leaf}b{block}w{whole}": _fixed(Plan(leaf=leaf, block=block, whole_max=whole))
             for leaf, block, whole in itertools.product(*knobs)

@@ -39,7 +39,10 @@ class Plan:
             raise ValueError(f"second_pass_min must be positive, got {self.second_pass_min}")
 
 
-DEFAULT_PLAN = Plan()
+# A second pass for 128 matrices or more only: on the H200 (2026-11-29, orhr_dev --second-pass-min
+# 8,32,128) sending fewer to blocked_wy instead took 60x1024 from 19.6 to 15.3 ms, 60x1024 mixed
+# from 23.1 to 16.7 and 640x512 mixed (86 matrices) from 30.4 to 26.5; geomean 8.11 -> 7.71 ms.
+DEFAULT_PLAN = Plan(second_pass_min=128)
 
 
 def default_plan(batch: int, n: int) -> Plan:
