@@ -53,6 +53,13 @@ def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols
     return tl.dot(tl.trans(vv), cc, acc, input_precision="tf32x3")
 
 
+@triton.jit
+def _t_transposed_times(t_mat, t_row_stride, ks, x):
+    """T^T x for the NB x NB block T at ``t_mat`` (W = T^T (V^T C), by whichever kernel has V^T C whole)."""
+    tt = tl.load(t_mat + ks[:, None] * t_row_stride + ks[None, :])
+    return tl.dot(tl.trans(tt), x, input_precision="tf32x3")
+
+
 # Offsets as _panel_kernel's; m and ncols stay specialised (the subtract kernel spilled without).
 @triton.jit(do_not_specialize=["c_off", "v_off", "t_off", "part_rows"])
 def _project_kernel(
@@ -108,8 +115,7 @@ def _project_kernel(
     if SPLIT:
         tl.store(out_ptrs, acc, mask=col_ok)
     else:
-        tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
-        tl.store(out_ptrs, tl.dot(tl.trans(tt), acc, input_precision="tf32x3"), mask=col_ok)
+        tl.store(out_ptrs, _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc), mask=col_ok)
 
 
 @triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
@@ -163,8 +169,7 @@ def _subtract_kernel(
         while i < n_parts:  # a few partials: not worth pipelining
             ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
             i += 1
-        tt = tl.load(t + t_off + pid_b * t_mat_stride + ks[:, None] * t_row_stride + ks[None, :])
-        ww = tl.dot(tl.trans(tt), ww, input_precision="tf32x3")
+        ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
     tile = rows * c_row_stride + cols
     cc = tl.load(src_mat + tile, mask=inside, other=0.0)
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)

@@ -92,7 +92,6 @@ class _Passes:
     def __init__(self, runner: _Runner, src: torch.Tensor, s: Structure, k: int) -> None:
         self.runner = runner
         self.probes = runner.probes[:k]  # the first k rows of the n-row probes: the same draws
-        self.k = k
         plan = runner.plan
         self._first: Graphed[FirstPass] | Callable[[], FirstPass] = lambda: first_pass(src, s, self.probes, k, plan)
         self._factors: Callable[[FirstPass], tuple[torch.Tensor, torch.Tensor]] = (
