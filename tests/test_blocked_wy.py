@@ -28,6 +28,7 @@ import triton  # noqa: E402
 
 import reference_kernels.blocked_wy.kernels as kernels  # noqa: E402
 import reference_kernels.blocked_wy.products as products  # noqa: E402
+import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import qr  # noqa: E402
@@ -61,15 +62,16 @@ def test_whole_matrix_path(case: str, n: int) -> None:
 
 # Blocked paths on the CPU: three panels of one leaf (cuBLAS-style products); panels of several
 # leaves with a ragged last panel and a row stride that is no multiple of four (the kernels'
-# unaligned variant), through the Triton products.
+# unaligned variant), through the Triton products; panels whose rank-nb product is split TF32.
 BLOCKED_PLANS = [
     (48, {"nb": 16}),
     (37, {"nb": 16, "leaf": 4, "inner": "triton", "update": "tf32x3"}),
+    (45, {"nb": 16, "leaf": 8, "update": "cublas-tf32x3"}),
 ]
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-@pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves"])
+@pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3"])
 def test_blocked_path(case: str, n: int, plan: dict[str, object]) -> None:
     _factor_and_check(generate_input(2, n, 2, 2000 + n, case).to(DEVICE), whole_max=0, **plan)
 
@@ -98,6 +100,39 @@ def test_projection_parts() -> None:
     assert products.project_parts(4096, 16, 132) == 16
     assert products.project_parts(512, 5120, 132) == 1  # 640 x 512: programs enough
     assert products.project_parts(300, 2, 132) == 1  # too few rows to split
+
+
+def _round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """What a TF32 tensor core reads of an FP32 operand, at worst: 10 mantissa bits (truncated)."""
+    return (x.view(torch.int32) & -0x2000).view(torch.float32)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_split_tf32_parts(dim: int) -> None:
+    """hi has no bits below TF32's mantissa, hi + lo is x exactly, and lo is at most half of hi's
+    last unit (round to nearest); the slabs sit where the product expects them."""
+    x = torch.randn(3, 5, 7, device=DEVICE) * torch.logspace(-20, 20, 7, device=DEVICE)
+    lo_slab = dim  # the update's layouts: [Vh Vh Vl] along columns, [Wh; Wl; Wh] along rows
+    parts = split_tf32.split_tf32(x, dim=dim, lo_slab=lo_slab).split(x.shape[dim], dim=dim)
+    hi, lo = parts[0], parts[lo_slab]
+    assert all(torch.equal(p, hi) for i, p in enumerate(parts) if i != lo_slab)
+    assert torch.equal(hi.view(torch.int32) & 0x1FFF, torch.zeros_like(hi, dtype=torch.int32))
+    assert torch.equal(hi + lo, x)
+    assert torch.all(lo.abs() <= hi.abs() * 2.0**-11)
+
+
+def test_split_tf32_product_is_fp32_accurate() -> None:
+    """[Vh Vh Vl] [Wh; Wl; Wh] with every operand read at TF32 (as tensor cores do) is V W to about
+    2^-21, where one TF32 product is off by about 2^-11: the scheme, checked without a tensor core."""
+    gen = torch.Generator().manual_seed(5)
+    v, w = torch.randn(4, 96, 32, generator=gen), torch.randn(4, 32, 80, generator=gen)
+    exact = v.double() @ w.double()
+    scale = v.double().abs() @ w.double().abs()
+    pair = split_tf32.split_tf32(v, dim=2, lo_slab=2), split_tf32.split_tf32(w, dim=1, lo_slab=1)
+    split = _round_to_tf32(pair[0]).double() @ _round_to_tf32(pair[1]).double()
+    single = _round_to_tf32(v).double() @ _round_to_tf32(w).double()
+    assert ((split - exact).abs() / scale).max() < 2.0**-20
+    assert ((single - exact).abs() / scale).max() > 2.0**-14  # the test can tell the two apart
 
 
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")

@@ -11,6 +11,7 @@ from reference_kernels.blocked_wy.qr import DEFAULT_PLANS, Plan, clear_graphs, d
 EXPORT_MODULES = (
     "reference_kernels.blocked_wy.kernels",
     "reference_kernels.blocked_wy.products",
+    "reference_kernels.blocked_wy.split_tf32",
     "reference_kernels.blocked_wy.qr",
 )
 

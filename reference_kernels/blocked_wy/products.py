@@ -43,8 +43,6 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-
-
 @triton.jit
 def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM: tl.constexpr):
     r = r0 + tl.arange(0, BM)[:, None]

@@ -16,8 +16,7 @@ cholesky_orhr fallback does). For sub-batches whose size changes from call to ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -25,6 +24,7 @@ import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import leaf_step, wy_update
+from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_update
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -38,7 +38,8 @@ __all__ = [
     "require_square_batch",
 ]
 
-Update = Literal["torch", "tf32x3"]
+Update = Literal["torch", "tf32x3", "cublas-tf32x3"]
+UPDATES = ("torch", "tf32x3", "cublas-tf32x3")
 Inner = Literal["torch", "triton"]
 
 
@@ -50,8 +51,9 @@ class Plan:
     - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
       register tile stays within ``MAX_TILE`` floats.
     - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
-    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products) or ``tf32x3`` (two Triton
-      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores).
+    - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), ``tf32x3`` (two Triton
+      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores) or ``cublas-tf32x3``
+      (W by cuBLAS FP32, the rank-nb product by one cuBLAS TF32 product of split operands).
     - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
       cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
@@ -72,11 +74,11 @@ class Plan:
             value = getattr(self, name)
             if value <= 0 or value & (value - 1):
                 raise ValueError(f"{name} must be a positive power of two, got {value}")
-        if self.update not in ("torch", "tf32x3"):
-            raise ValueError(f"update must be 'torch' or 'tf32x3', got {self.update!r}")
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
         if self.inner not in ("torch", "triton"):
             raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
-        if self.update != "torch" and self.nb < 16:
+        if self.update == "tf32x3" and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
 
 
@@ -107,29 +109,21 @@ def require_square_batch(a: torch.Tensor) -> None:
         raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
 
 
-@contextmanager
-def ieee_fp32() -> Iterator[None]:
+def ieee_fp32() -> AbstractContextManager[None]:
     """Full-precision FP32 library products for the duration, whatever the process chose (TF32
-    trailing updates fail the factor gate on band and rowscale inputs), restored afterwards.
-    Uses the ``fp32_precision`` API: reading the legacy ``allow_tf32`` raises once anything in
-    the process has used the new one."""
-    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
-    saved = [b.fp32_precision for b in backends]
-    try:
-        for b in backends:
-            b.fp32_precision = "ieee"
-        yield
-    finally:
-        for b, value in zip(backends, saved, strict=True):
-            b.fp32_precision = value
+    trailing updates fail the factor gate on band and rowscale inputs), restored afterwards."""
+    return fp32_precision("ieee")
 
 
 def _apply_qt(
     c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update, src: torch.Tensor | None = None
 ) -> None:
     """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
-    if update != "torch":
+    if update == "tf32x3":
         wy_update(c, v, t, src)
+        return
+    if update == "cublas-tf32x3":
+        split_tf32_update(c, v, t, src)
         return
     if src is not None:
         c.copy_(src)
