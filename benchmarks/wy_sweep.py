@@ -50,21 +50,25 @@ def candidates(n: int) -> dict[str, Plan]:
         other_update = "torch" if new.update == "tf32x3" else "tf32x3"
         other_inner = "torch" if new.inner == "triton" else "triton"
         cublas3 = {"update": "cublas-tf32x3"}
-        variants: dict[str, dict[str, object]] = {"cublas3": cublas3, f"upd={other_update}": {"update": other_update}}
+        variants: dict[str, dict[str, object]] = {
+            "no-top": {"top_tile": False},
+            "cublas3": cublas3,
+            f"upd={other_update}": {"update": other_update},
+        }
         if n < 512:
             variants["nb=64"] = {"nb": 64, "inner": "triton"}
         else:
+            if n <= 1024:  # wider leaves than MAX_TILE allows at 2048 rows would be capped anyway
+                variants["leaf=32"] = {"leaf": 32}
+            if n <= 512:
+                variants["nb=64,leaf=64"] = {"nb": 64, "leaf": 64}
             variants |= {
-                "cublas3,nb=64": cublas3 | {"nb": 64},
                 "cublas3,nb=128": cublas3 | {"nb": 128},
-                f"cublas3,inner={other_inner}": cublas3 | {"inner": other_inner},
-                "cublas3,nb=128,triton": cublas3 | {"nb": 128, "inner": "triton"},
-                "cublas3,nb=32": cublas3 | {"nb": 32},
                 f"inner={other_inner}": {"inner": other_inner},
-                "tf32x3,nb=64": {"update": "tf32x3", "inner": "triton", "nb": 64},
+                "nb=128": {"nb": 128, "inner": "triton"},
                 "leaf=8": {"leaf": 8, "inner": "triton"},
             }
-        variants["3-reduce"] = {"one_reduction": False}
+        variants["3-reduce"] = {"one_reduction": False, "top_tile": False}
         for name, change in variants.items():
             plan = replace(new, **change)
             if plan not in plans.values():
@@ -164,7 +168,7 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
         torch.cuda.empty_cache()
     if not poisoned:
         for case in (c for c in cases if c.kind == "bench" and c.label in PROFILED):
-            for name in ("new", "cublas3", "cublas3,nb=64", "cublas3,nb=128"):
+            for name in ("new", "no-top", "leaf=32", "nb=64,leaf=64"):
                 if (case.n, name) in results and not results[(case.n, name)].failed:
                     log_breakdown(case, name, replace(candidates(case.n)[name], graph=False), log)
     log("\nblocked_wy compiled kernels:")

@@ -125,7 +125,7 @@ def test_split_tf32_product_is_fp32_accurate() -> None:
     """[Vh Vh Vl] [Wh; Wl; Wh] with every operand read at TF32 (as tensor cores do) is V W to about
     2^-21, where one TF32 product is off by about 2^-11: the scheme, checked without a tensor core."""
     gen = torch.Generator().manual_seed(5)
-    v, w = torch.randn(4, 96, 32, generator=gen), torch.randn(4, 32, 80, generator=gen)
+    v, w = torch.randn(4, 96, 32, generator=gen).to(DEVICE), torch.randn(4, 32, 80, generator=gen).to(DEVICE)
     exact = v.double() @ w.double()
     scale = v.double().abs() @ w.double().abs()
     pair = split_tf32.split_tf32(v, dim=2, lo_slab=2), split_tf32.split_tf32(w, dim=1, lo_slab=1)
@@ -148,11 +148,13 @@ def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("case", ["dense", "rankdef", "mixed"])
-def test_three_reduction_column_step(case: str) -> None:
-    """The panel kernel's previous column step (one_reduction=False), kept for the GPU comparison."""
+@pytest.mark.parametrize("one_reduction", [False, True], ids=["three-reductions", "one-reduction"])
+def test_earlier_column_steps(case: str, one_reduction: bool) -> None:
+    """The panel kernel's earlier column steps on tall panels (top_tile=False), kept for the GPU
+    comparison: three reductions, or one over the whole tile."""
     a = generate_input(2, 37, 2, 4000, case).to(DEVICE)
-    _factor_and_check(a, one_reduction=False)
-    _factor_and_check(a, nb=16, leaf=4, whole_max=0, one_reduction=False)
+    _factor_and_check(a, one_reduction=one_reduction, top_tile=False)
+    _factor_and_check(a, nb=16, leaf=4, whole_max=0, one_reduction=one_reduction, top_tile=False)
 
 
 @pytest.mark.parametrize("plan", [{}, {"nb": 8, "whole_max": 0}], ids=["whole", "blocked"])
@@ -228,7 +230,8 @@ def test_every_launch_compiles_for_sm90() -> None:
 
     calls = [
         *(((1, n), default_plan(n)) for n in (32, 176, 512, 4096)),  # whole matrix, panels, leaves of 32 to 8
-        ((1, 1024), Plan(nb=128, leaf=32, one_reduction=False)),  # the sweep's widest panels; previous column step
+        ((1, 1024), Plan(nb=128, leaf=32, one_reduction=False, top_tile=False)),  # widest panels; earlier step
+        ((1, 1024), Plan(nb=64, leaf=64, top_tile=False)),  # the one-reduction step on tall panels
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

@@ -52,7 +52,7 @@ def _panel_kernel(
     t, t_off, t_mat_stride, t_row_stride,
     m,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
-    ONE_REDUCTION: tl.constexpr, INTERPRETED: tl.constexpr,
+    ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     src_mat = src + src_off + pid * mat_stride
@@ -73,11 +73,25 @@ def _panel_kernel(
     x = tl.load(src_mat + tile, mask=inside, other=0.0)
     taus = tl.zeros([BLOCK_W], dtype=tl.float32)
     tri = tl.zeros([BLOCK_W, BLOCK_W], dtype=tl.float32)
+    if TOP_TILE:
+        # A tall panel's first W rows, where every row k of a column step lives, also sit in a
+        # W x W tile of their own: reading row k there spares the big tile a select per element.
+        # The big tile keeps each finished column unscaled (its tail, rows > k) and is scaled by
+        # ``scales`` once at the end: no write-back per column either. Its rows < W go stale
+        # (only rows > k are read at step k) and are stored from the small tile.
+        t2 = cols[:, None]
+        top = tl.load(src_mat + t2 * row_stride + c2, mask=(t2 < W) & (c2 < W), other=0.0)
+        scales = tl.full([BLOCK_W], 1.0, tl.float32)
 
     for k in range(W):
         col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
         tail = tl.where(rows > k, col, 0.0)
-        if ONE_REDUCTION:
+        if TOP_TILE:
+            dots = tl.sum(tail[:, None] * x, axis=0)
+            row_k = tl.sum(tl.where(t2 == k, top, 0.0), axis=0)
+            alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
+            sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
+        elif ONE_REDUCTION:
             # One block-wide reduction per column: the tail's products with every column (sigma is
             # its own one) and row k (alpha and the v[k] = 1 term), so s = v^T X follows without a
             # second pass once beta is known: s_j = X[k, j] + (tail . X_j) / (alpha - beta).
@@ -95,7 +109,24 @@ def _panel_kernel(
         norm = tl.sqrt_rn(alpha * alpha + sigma)
         beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
         tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
-        if ONE_REDUCTION:
+        if TOP_TILE:
+            scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+            # v^T X_j = X[k, j] + scale (tail . X_j); a finished column j < k holds tail_j = v_j / scale_j.
+            s = row_k + dots * scale * tl.where(cols < k, scales, 1.0)
+            coef = tl.where(cols > k, tau_k * s, 0.0)
+            step = -(coef * scale)  # an explicit fma in both tiles: no contraction choice can split them
+            x = tl.fma(tail[:, None], step[None, :], x)
+            # The same operations on the small tile's rows > k keep both copies of them bit for bit
+            # equal (sigma came from the big tile; V's top rows are stored from the small one);
+            # row k, where v is 1, is the small tile's alone.
+            top_col = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+            top_tail = tl.where(cols > k, top_col, 0.0)
+            top = tl.fma(top_tail[:, None], step[None, :], top)
+            top = top - tl.where(t2 == k, coef[None, :], 0.0)
+            finished = tl.where(cols < k, top_col, tl.where(cols == k, beta, top_tail * scale))
+            top = tl.where(c2 == k, finished[:, None], top)
+            scales = tl.where(cols == k, scale, scales)
+        elif ONE_REDUCTION:
             # LAPACK's dlarfg scales x by 1 / (alpha - beta) too: one division per column, not per row.
             scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
             vk = tl.where(rows == k, 1.0, tail * scale)
@@ -105,14 +136,23 @@ def _panel_kernel(
             # v vanishes above row k, where every finished column j < k holds its own reflector, so
             # one reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
             s = tl.sum(vk[:, None] * x, axis=0)
-        x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
-        x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
+        if not TOP_TILE:
+            x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
+            x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
         taus = tl.where(cols == k, tau_k, taus)
         if WRITE_WY:
             # larft: T[:k, k] = -tau_k T[:k, :k] z, T[k, k] = tau_k.
             tz = tl.sum(tri * tl.where(cols < k, s, 0.0)[None, :], axis=1)
             tri = tl.where(c2 == k, tl.where(cols == k, tau_k, -tau_k * tz)[:, None], tri)
 
+    if TOP_TILE:
+        x = x * scales[None, :]
+        inside = inside & (r2 >= W)
+        top_inside = (t2 < W) & (c2 < W)
+        tl.store(dst_mat + t2 * row_stride + c2, top, mask=top_inside)
+        if WRITE_WY:
+            basis = tl.where(t2 > c2, top, tl.where(t2 == c2, 1.0, 0.0))
+            tl.store(v_mat + t2 * v_row_stride + c2, basis, mask=top_inside)
     tl.store(dst_mat + tile, x, mask=inside)
     tl.store(tau + tau_off + pid * tau_stride + cols, taus, mask=cols < W)
     if WRITE_WY:
@@ -142,13 +182,16 @@ def factor_panel(
     tau: torch.Tensor,
     wy: tuple[torch.Tensor, torch.Tensor] | None = None,
     one_reduction: bool = True,
+    top_tile: bool = True,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
     ``tau`` (b x w) receives the reflector scalars. With ``wy = (V, T)``, V (b x m x w) receives the
     reflectors with their unit diagonal and zeros above it, and T (b x w x w) the upper triangle with
     ``H_1 ... H_w = I - V T V^T``. Every view must have unit stride along its last dimension.
-    ``one_reduction`` picks the column step with one block-wide reduction (else three, as before).
+    ``one_reduction`` picks the column step with one block-wide reduction (else three, as before);
+    ``top_tile`` (panels at least twice as tall as wide only) the step that keeps the first w rows
+    in a tile of their own and scales the reflectors once at the end, which overrides it.
     """
     batch, m, w = dst.shape
     if src.shape != dst.shape or m < w or tau.shape != (batch, w):
@@ -175,6 +218,7 @@ def factor_panel(
         BLOCK_M=tile[0], BLOCK_W=tile[1], WRITE_WY=wy is not None,
         ALIGNED=_rows_aligned(src, dst, *(wy or ())),
         ONE_REDUCTION=one_reduction,
+        TOP_TILE=top_tile and m >= 2 * w,
         INTERPRETED=INTERPRETED,
         num_warps=_warps(tile),
     )

@@ -57,6 +57,8 @@ class Plan:
     - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
       cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
+    - ``top_tile``: panels at least twice as tall as wide keep their first rows in a tile of their
+      own and scale the reflectors once at the end (about half the big tile's work per column).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and the input copy is folded into the first update.
     """
@@ -67,6 +69,7 @@ class Plan:
     update: Update = "torch"
     inner: Inner = "torch"
     one_reduction: bool = True
+    top_tile: bool = True
     graph: bool = True
 
     def __post_init__(self) -> None:
@@ -88,7 +91,7 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # Picked per size from the H200 sweep of 2026-11-29, round 3 (benchmarks/kernel_dev.py --sweep):
     # the fastest plan that passed every qr_v2 spec of its size with residual <= 4. At 512 and 2048
     # cuBLAS FP32 products beat the split-TF32 Triton ones (8.13 vs 9.40 ms and 9.70 vs 10.21 ms).
-    (128, Plan(nb=32, leaf=32, one_reduction=False)),  # one program per matrix (whole_max)
+    (128, Plan(nb=32, leaf=32)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3")),
     (511, Plan(nb=32, leaf=32, update="tf32x3")),
     (1023, Plan(nb=64, leaf=16)),
@@ -155,7 +158,7 @@ def _factor_block(
         e = min(c + step, w)
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
-        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction)
+        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction, plan.top_tile)
         merge = c > 0 and need_t
         if plan.inner == "triton":
             if e < w or merge:
@@ -236,6 +239,7 @@ def qr(
     update: Update | None = None,
     inner: Inner | None = None,
     one_reduction: bool | None = None,
+    top_tile: bool | None = None,
     graph: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
@@ -248,7 +252,7 @@ def qr(
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
-    fields |= {"one_reduction": one_reduction, "graph": graph}
+    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "graph": graph}
     overrides = {key: value for key, value in fields.items() if value is not None}
     if overrides:
         plan = replace(plan, **overrides)
