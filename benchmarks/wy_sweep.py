@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from reference_kernels.blocked_wy import DEFAULT_PLANS, Plan, default_plan  # noqa: E402
+from reference_kernels.blocked_wy.kernels import _warps, panel_tile  # noqa: E402
+from reference_kernels.blocked_wy.qr import _leaf_width  # noqa: E402
 
 RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the contest's gate
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
@@ -39,40 +41,25 @@ PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that w
 
 def previous_default(n: int) -> Plan:
     """The default before this round (2026-11-29 H200 run: geomean 4.99 ms)."""
-    return Plan(nb=32 if n < 512 else 64, leaf=32, update="torch", inner="torch", one_reduction=False)
+    return Plan(nb=32 if n < 512 else 64, leaf=32, update="torch", inner="torch", one_reduction=False, top_tile=False)
 
 
 def candidates(n: int) -> dict[str, Plan]:
     """``old``, ``new`` and variants of ``new`` (a knob or two) for an n x n size, duplicates dropped."""
     new = default_plan(n)
     plans = {"new": new, "old": previous_default(n)}
+    warps = _warps(panel_tile(n, min(n, _leaf_width(n, new.leaf))))
+    variants: dict[str, dict[str, object]] = {
+        f"warps={w}": {"panel_warps": w} for w in (warps // 2, 2 * warps) if 1 <= w <= 32
+    }
     if n > new.whole_max:
-        other_update = "torch" if new.update == "tf32x3" else "tf32x3"
-        other_inner = "torch" if new.inner == "triton" else "triton"
-        cublas3 = {"update": "cublas-tf32x3"}
-        variants: dict[str, dict[str, object]] = {
-            "no-top": {"top_tile": False},
-            "cublas3": cublas3,
-            f"upd={other_update}": {"update": other_update},
-        }
-        if n < 512:
-            variants["nb=64"] = {"nb": 64, "inner": "triton"}
-        else:
-            if n <= 1024:  # wider leaves than MAX_TILE allows at 2048 rows would be capped anyway
-                variants["leaf=32"] = {"leaf": 32}
-            if n <= 512:
-                variants["nb=64,leaf=64"] = {"nb": 64, "leaf": 64}
-            variants |= {
-                "cublas3,nb=128": cublas3 | {"nb": 128},
-                f"inner={other_inner}": {"inner": other_inner},
-                "nb=128": {"nb": 128, "inner": "triton"},
-                "leaf=8": {"leaf": 8, "inner": "triton"},
-            }
-        variants["3-reduce"] = {"one_reduction": False, "top_tile": False}
-        for name, change in variants.items():
-            plan = replace(new, **change)
-            if plan not in plans.values():
-                plans[name] = plan
+        variants |= {"no-top": {"top_tile": not new.top_tile}, "cublas3": {"update": "cublas-tf32x3"}}
+        if n >= 2048:
+            variants["nb=32"] = {"nb": 32, "update": "tf32x3"}
+    for name, change in variants.items():
+        plan = replace(new, **change)
+        if plan not in plans.values():
+            plans[name] = plan
     return plans
 
 
@@ -168,7 +155,7 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
         torch.cuda.empty_cache()
     if not poisoned:
         for case in (c for c in cases if c.kind == "bench" and c.label in PROFILED):
-            for name in ("new", "no-top", "leaf=32", "nb=64,leaf=64"):
+            for name in ("new", "no-top"):
                 if (case.n, name) in results and not results[(case.n, name)].failed:
                     log_breakdown(case, name, replace(candidates(case.n)[name], graph=False), log)
     log("\nblocked_wy compiled kernels:")

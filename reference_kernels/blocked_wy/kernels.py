@@ -31,10 +31,13 @@ def panel_tile(m: int, w: int) -> tuple[int, int]:
     return max(16, triton.next_power_of_2(m)), max(4, triton.next_power_of_2(w))
 
 
-def _warps(tile: tuple[int, int]) -> int:
-    """32 floats per thread up to 16 warps (64 at ``MAX_TILE``); one warp for small tiles keeps every
-    reduction inside a warp."""
-    return max(1, min(16, tile[0] * tile[1] // 1024))
+def _warps(tile: tuple[int, int], warps: int | None = None) -> int:
+    """By default 32 floats per thread up to 16 warps (64 at ``MAX_TILE``); one warp for small tiles
+    keeps every reduction inside a warp. ``warps`` asks for that many, as far as the tile has a
+    float per thread for each."""
+    if warps is None:
+        return max(1, min(16, tile[0] * tile[1] // 1024))
+    return max(1, min(warps, tile[0] * tile[1] // 32))
 
 
 @triton.jit
@@ -183,6 +186,7 @@ def factor_panel(
     wy: tuple[torch.Tensor, torch.Tensor] | None = None,
     one_reduction: bool = True,
     top_tile: bool = True,
+    warps: int | None = None,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
@@ -192,6 +196,7 @@ def factor_panel(
     ``one_reduction`` picks the column step with one block-wide reduction (else three, as before);
     ``top_tile`` (panels at least twice as tall as wide only) the step that keeps the first w rows
     in a tile of their own and scales the reflectors once at the end, which overrides it.
+    ``warps`` overrides the kernel's warp count (see ``_warps``).
     """
     batch, m, w = dst.shape
     if src.shape != dst.shape or m < w or tau.shape != (batch, w):
@@ -220,5 +225,5 @@ def factor_panel(
         ONE_REDUCTION=one_reduction,
         TOP_TILE=top_tile and m >= 2 * w,
         INTERPRETED=INTERPRETED,
-        num_warps=_warps(tile),
+        num_warps=_warps(tile, warps),
     )

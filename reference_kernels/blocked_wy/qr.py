@@ -59,6 +59,8 @@ class Plan:
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
     - ``top_tile``: panels at least twice as tall as wide keep their first rows in a tile of their
       own and scale the reflectors once at the end (about half the big tile's work per column).
+    - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
+      floats of the tile per thread, at most 16 warps.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and the input copy is folded into the first update.
     """
@@ -70,6 +72,7 @@ class Plan:
     inner: Inner = "torch"
     one_reduction: bool = True
     top_tile: bool = True
+    panel_warps: int | None = None
     graph: bool = True
 
     def __post_init__(self) -> None:
@@ -81,6 +84,8 @@ class Plan:
             raise ValueError(f"update must be one of {UPDATES}, got {self.update!r}")
         if self.inner not in ("torch", "triton"):
             raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
+        if self.panel_warps is not None and self.panel_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"panel_warps must be a power of two up to 32, got {self.panel_warps}")
         if self.update == "tf32x3" and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
 
@@ -88,15 +93,17 @@ class Plan:
 # The plan for n <= each bound (first match). Predictions and the measurements behind them:
 # reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
-    # Picked per size from the H200 sweep of 2026-11-29, round 3 (benchmarks/kernel_dev.py --sweep):
-    # the fastest plan that passed every qr_v2 spec of its size with residual <= 4. At 512 and 2048
-    # cuBLAS FP32 products beat the split-TF32 Triton ones (8.13 vs 9.40 ms and 9.70 vs 10.21 ms).
+    # Picked per size from H200 sweeps of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the fastest
+    # plan that passed every qr_v2 spec of its size with residual <= 4. Round 3: at 512 cuBLAS FP32
+    # products beat the split-TF32 Triton ones (8.13 vs 9.40 ms). Round 4: the top-tile column step
+    # everywhere but 512 (8.27 there without, 8.48 with), and at 2048 panels of 128 columns with the
+    # cuBLAS split-TF32 update (9.29 vs 9.67 ms).
     (128, Plan(nb=32, leaf=32)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3")),
     (511, Plan(nb=32, leaf=32, update="tf32x3")),
-    (1023, Plan(nb=64, leaf=16)),
+    (1023, Plan(nb=64, leaf=16, top_tile=False)),
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton")),
-    (4095, Plan(nb=64, leaf=16, inner="triton")),
+    (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
     (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton")),  # leaves of 8 (MAX_TILE at 4096 rows)
 )
 
@@ -158,7 +165,9 @@ def _factor_block(
         e = min(c + step, w)
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
-        factor_panel(leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction, plan.top_tile)
+        factor_panel(
+            leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction, plan.top_tile, plan.panel_warps
+        )
         merge = c > 0 and need_t
         if plan.inner == "triton":
             if e < w or merge:
@@ -240,6 +249,7 @@ def qr(
     inner: Inner | None = None,
     one_reduction: bool | None = None,
     top_tile: bool | None = None,
+    panel_warps: int | None = None,
     graph: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
@@ -252,7 +262,7 @@ def qr(
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
-    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "graph": graph}
+    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "panel_warps": panel_warps, "graph": graph}
     overrides = {key: value for key, value in fields.items() if value is not None}
     if overrides:
         plan = replace(plan, **overrides)
@@ -263,7 +273,7 @@ def qr(
     if n <= plan.whole_max:
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        factor_panel(a, h, tau, one_reduction=plan.one_reduction)
+        factor_panel(a, h, tau, one_reduction=plan.one_reduction, warps=plan.panel_warps)
         return h, tau
     with ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
