@@ -96,15 +96,16 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # Picked per size from H200 sweeps of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the fastest
     # plan that passed every qr_v2 spec of its size with residual <= 4. Round 3: at 512 cuBLAS FP32
     # products beat the split-TF32 Triton ones (8.13 vs 9.40 ms). Round 4: the top-tile column step
-    # everywhere but 512 (8.27 there without, 8.48 with), and at 2048 panels of 128 columns with the
-    # cuBLAS split-TF32 update (9.29 vs 9.67 ms).
-    (128, Plan(nb=32, leaf=32)),  # one program per matrix (whole_max)
-    (255, Plan(nb=32, leaf=32, update="tf32x3")),
-    (511, Plan(nb=32, leaf=32, update="tf32x3")),
-    (1023, Plan(nb=64, leaf=16, top_tile=False)),
-    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton")),
+    # (not at 512 and 1024), panels of 128 columns with the cuBLAS split-TF32 update at 2048 (9.29
+    # vs 9.67 ms), and fewer panel warps than 32 floats per thread gives (e.g. 2 x 4096: 21.95 vs
+    # 23.42 ms at 8 warps; 40 x 176: 0.228 vs 0.254 ms at 4).
+    (128, Plan(nb=32, leaf=32, panel_warps=2)),  # one program per matrix (whole_max)
+    (255, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4)),
+    (511, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=8)),
+    (1023, Plan(nb=64, leaf=16, top_tile=False, panel_warps=4)),
+    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False)),
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
-    (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton")),  # leaves of 8 (MAX_TILE at 4096 rows)
+    (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", panel_warps=8)),  # leaves of 8 (MAX_TILE)
 )
 
 
