@@ -96,14 +96,14 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # Picked per size from H200 sweeps of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the fastest
     # plan that passed every qr_v2 spec of its size with residual <= 4. Round 3: at 512 cuBLAS FP32
     # products beat the split-TF32 Triton ones (8.13 vs 9.40 ms). Round 4: the top-tile column step
-    # (not at 512 and 1024), panels of 128 columns with the cuBLAS split-TF32 update at 2048 (9.29
-    # vs 9.67 ms), and fewer panel warps than 32 floats per thread gives (e.g. 2 x 4096: 21.95 vs
-    # 23.42 ms at 8 warps; 40 x 176: 0.228 vs 0.254 ms at 4).
-    (128, Plan(nb=32, leaf=32, panel_warps=2)),  # one program per matrix (whole_max)
-    (255, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4)),
-    (511, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=8)),
-    (1023, Plan(nb=64, leaf=16, top_tile=False, panel_warps=4)),
-    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False)),
+    # (not at 176, 512 and 1024), panels of 128 columns with the cuBLAS split-TF32 update at 2048
+    # (9.29 vs 9.67 ms), and fewer panel warps than 32 floats per thread gives (2 x 4096: 21.95 vs
+    # 23.42 ms at 8 warps; 40 x 352: 0.58 vs 0.78 ms at 4; 640 x 512: 7.99 vs 8.16 ms at 2).
+    (128, Plan(nb=32, leaf=32, panel_warps=4)),  # one program per matrix (whole_max)
+    (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, panel_warps=4)),
+    (511, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4)),
+    (1023, Plan(nb=64, leaf=16, top_tile=False, panel_warps=2)),
+    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, panel_warps=8)),
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
     (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", panel_warps=8)),  # leaves of 8 (MAX_TILE)
 )
