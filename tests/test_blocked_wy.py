@@ -135,6 +135,17 @@ def test_split_tf32_product_is_fp32_accurate() -> None:
     assert ((single - exact).abs() / scale).max() > 2.0**-14  # the test can tell the two apart
 
 
+def test_panel_warps() -> None:
+    """``panel_warps`` asks for warps as far as the tile has a float per thread for each; the
+    default rule gives 32 floats per thread up to 16 warps; a plan refuses a count CUDA cannot run."""
+    assert kernels._warps((512, 16)) == 8
+    assert kernels._warps((4096, 8)) == 16
+    assert kernels._warps((512, 16), 2) == 2
+    assert kernels._warps((16, 4), 8) == 2
+    with pytest.raises(ValueError, match="panel_warps"):
+        qr(torch.zeros(1, 4, 4), panel_warps=3)
+
+
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
 def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU's single tuple reduction (slow under the interpreter, so on small matrices only)
