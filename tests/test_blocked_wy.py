@@ -146,6 +146,42 @@ def test_panel_warps() -> None:
         qr(torch.zeros(1, 4, 4), panel_warps=3)
 
 
+def test_direct_launch_hands_over_the_jit_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-matrix path compiles through the JIT once per shape, then launches the compiled
+    kernel with every parameter of the signature in order: the JIT's arguments, then the options
+    that are constexprs (never ``num_warps``). (On a GPU, test_direct_launch_matches_the_jit runs it.)"""
+    calls: list[tuple[object, ...]] = []
+
+    class Compiled:
+        def __getitem__(self, grid: tuple[int, ...]) -> object:
+            return lambda *args: calls.append(("direct", grid, args))
+
+    class Jit:
+        arg_names = kernels._panel_kernel.arg_names
+
+        def __getitem__(self, grid: tuple[int, ...]) -> object:
+            def run(*args: object, **options: object) -> Compiled:
+                calls.append(("jit", grid, args, options))
+                return Compiled()
+            return run
+
+    monkeypatch.setattr(kernels, "_panel_kernel", Jit())
+    monkeypatch.setattr(kernels, "_launchable_directly", lambda *tensors: True)
+    monkeypatch.setattr(kernels, "_DIRECT", {})
+    a = torch.zeros(3, 8, 8)
+    h, tau = torch.empty_like(a), a.new_empty(3, 8)
+    for _ in range(3):
+        kernels.factor_matrices(a, h, tau, warps=2)
+    assert [c[0] for c in calls] == ["jit", "direct", "direct"]
+    (_, grid, args, options), (_, direct_grid, direct_args) = calls[:2]
+    assert direct_grid == (*grid, 1, 1)
+    assert len(direct_args) == len(Jit.arg_names)
+    given = dict(zip(Jit.arg_names, direct_args, strict=True))
+    assert direct_args[: len(args)] == args
+    assert all(given[name] == value for name, value in options.items() if name != "num_warps")
+    assert options["num_warps"] == 2
+
+
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
 def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU's single tuple reduction (slow under the interpreter, so on small matrices only)
@@ -282,3 +318,24 @@ def test_graphed_call_matches_eager() -> None:
     a = generate_input(8, 512, 2, 5, "mixed")
     for graphed, eager in zip(qr(a), qr(a, graph=False), strict=True):
         torch.testing.assert_close(graphed, eager, rtol=0, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_direct_launch_matches_the_jit() -> None:
+    """After a shape's first call the whole-matrix kernel is launched without the JIT: on new
+    inputs, a second shape and an input it cannot take (odd offset: the JIT's way again) it
+    computes bit for bit what the JIT's launch does."""
+    kernels._DIRECT.clear()
+    for b, n in ((20, 32), (3, 64), (20, 32)):
+        for seed in (1, 2):
+            a = generate_input(b, n, 2, seed, "dense")
+            shifted = torch.empty(a.numel() + 1, device=a.device)[1:].view_as(a).copy_(a)  # 4 bytes off 16
+            for given in (a, shifted):
+                h, tau = torch.empty_like(a), a.new_empty(b, n)
+                kernels.factor_matrices(given, h, tau)
+                h_jit, tau_jit = torch.empty_like(a), a.new_empty(b, n)
+                kernels.factor_panel(given, h_jit, tau_jit)
+                assert torch.equal(h, h_jit)
+                assert torch.equal(tau, tau_jit)
+                _check(a, (h, tau))
+    assert len(kernels._DIRECT) == 2

@@ -12,12 +12,13 @@ The kernel runs unchanged under ``TRITON_INTERPRET=1``.
 """
 
 import os
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["INTERPRETED", "MAX_TILE", "factor_panel", "panel_tile"]
+__all__ = ["INTERPRETED", "MAX_TILE", "ceil_div", "factor_matrices", "factor_panel", "panel_tile", "pow2_at_least"]
 
 # Under TRITON_INTERPRET=1 a few constructs take a form the interpreter runs fast (same arithmetic).
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -26,9 +27,21 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_TILE = 32768
 
 
+# Host code's ``triton.next_power_of_2`` and ``triton.cdiv``: in triton 3.6 both are constexpr
+# functions that cost about 2 us per call from Python, and the small cases are host-bound.
+def pow2_at_least(x: int) -> int:
+    """The smallest power of two >= x (>= 1)."""
+    return 1 << max(0, x - 1).bit_length()
+
+
+def ceil_div(a: int, b: int) -> int:
+    """a / b rounded up (positive b)."""
+    return -(-a // b)
+
+
 def panel_tile(m: int, w: int) -> tuple[int, int]:
     """Power-of-two register tile (BLOCK_M, BLOCK_W) covering an m x w panel."""
-    return max(16, triton.next_power_of_2(m)), max(4, triton.next_power_of_2(w))
+    return max(16, pow2_at_least(m)), max(4, pow2_at_least(w))
 
 
 def _warps(tile: tuple[int, int], warps: int | None = None) -> int:
@@ -168,15 +181,64 @@ def _panel_kernel(
 
 def _base(view: torch.Tensor) -> tuple[torch.Tensor, int]:
     """The view's storage from element 0 (an allocation, so aligned), and the view's offset into it."""
+    if view.storage_offset() == 0:
+        return view, 0  # the kernel reads only the address: no new view needed (host time)
     return view.as_strided((1,), (1,), 0), view.storage_offset()
 
 
 def _rows_aligned(*views: torch.Tensor) -> bool:
     """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores)."""
-    return all(
-        _base(view)[0].data_ptr() % 16 == 0 and all(x % 4 == 0 for x in (view.storage_offset(), *view.stride()[:-1]))
-        for view in views
+    for view in views:  # plain loops: half the host time of nested generators, per launch
+        if _base(view)[0].data_ptr() % 16 or view.storage_offset() % 4:
+            return False
+        for stride in view.stride()[:-1]:
+            if stride % 4:
+                return False
+    return True
+
+
+_Launch = tuple[tuple[int], tuple[object, ...], dict[str, object]]
+
+
+def _panel_launch(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    tau: torch.Tensor,
+    wy: tuple[torch.Tensor, torch.Tensor] | None,
+    one_reduction: bool,
+    top_tile: bool,
+    warps: int | None,
+) -> _Launch:
+    """The panel kernel's grid, arguments and keyword options for :func:`factor_panel`."""
+    batch, m, w = dst.shape
+    if src.shape != dst.shape or m < w or tau.shape != (batch, w):
+        raise ValueError(f"bad panel shapes: src {tuple(src.shape)}, dst {tuple(dst.shape)}, tau {tuple(tau.shape)}")
+    if src.stride() != dst.stride():
+        raise ValueError("src and dst must share one layout")
+    tile = panel_tile(m, w)
+    tau_base, tau_off = _base(tau)
+    if wy is None:
+        v_args = t_args = (tau_base, 0, 0, 0)
+    else:
+        v, t = wy
+        v_args = (*_base(v), v.stride(0), v.stride(1))
+        t_args = (*_base(t), t.stride(0), t.stride(1))
+    args = (
+        *_base(src), *_base(dst), dst.stride(0), dst.stride(1),
+        tau_base, tau_off, tau.stride(0),
+        *v_args,
+        *t_args,
+        m,
     )
+    options = {
+        "W": w, "BLOCK_M": tile[0], "BLOCK_W": tile[1], "WRITE_WY": wy is not None,
+        "ALIGNED": _rows_aligned(src, dst, *(wy or ())),
+        "ONE_REDUCTION": one_reduction,
+        "TOP_TILE": top_tile and m >= 2 * w,
+        "INTERPRETED": INTERPRETED,
+        "num_warps": _warps(tile, warps),
+    }
+    return (batch,), args, options
 
 
 def factor_panel(
@@ -198,32 +260,42 @@ def factor_panel(
     in a tile of their own and scales the reflectors once at the end, which overrides it.
     ``warps`` overrides the kernel's warp count (see ``_warps``).
     """
-    batch, m, w = dst.shape
-    if src.shape != dst.shape or m < w or tau.shape != (batch, w):
-        raise ValueError(f"bad panel shapes: src {tuple(src.shape)}, dst {tuple(dst.shape)}, tau {tuple(tau.shape)}")
-    if src.stride() != dst.stride():
-        raise ValueError("src and dst must share one layout")
-    tile = panel_tile(m, w)
-    src_base, src_off = _base(src)
-    dst_base, dst_off = _base(dst)
-    tau_base, tau_off = _base(tau)
-    if wy is None:
-        v_args = t_args = (tau_base, 0, 0, 0)
-    else:
-        v, t = wy
-        v_args = (*_base(v), v.stride(0), v.stride(1))
-        t_args = (*_base(t), t.stride(0), t.stride(1))
-    _panel_kernel[(batch,)](
-        src_base, src_off, dst_base, dst_off, dst.stride(0), dst.stride(1),
-        tau_base, tau_off, tau.stride(0),
-        *v_args,
-        *t_args,
-        m,
-        W=w,
-        BLOCK_M=tile[0], BLOCK_W=tile[1], WRITE_WY=wy is not None,
-        ALIGNED=_rows_aligned(src, dst, *(wy or ())),
-        ONE_REDUCTION=one_reduction,
-        TOP_TILE=top_tile and m >= 2 * w,
-        INTERPRETED=INTERPRETED,
-        num_warps=_warps(tile, warps),
+    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps)
+    _panel_kernel[grid](*args, **options)
+
+
+# Whole-matrix kernels compiled for one (shape, device, column step, warps): the launcher of the
+# compiled kernel and the constexpr values it takes after the arguments.
+_DIRECT: dict[tuple[object, ...], tuple[Callable[..., None], tuple[object, ...]]] = {}
+
+
+def _launchable_directly(*tensors: torch.Tensor) -> bool:
+    """Whether a kernel compiled for other tensors of the same shapes runs on these: contiguous,
+    16-byte aligned (the JIT specialises on both) and on the current CUDA device."""
+    return not INTERPRETED and all(
+        x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 and x.get_device() == torch.cuda.current_device()
+        for x in tensors
     )
+
+
+def factor_matrices(
+    a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, one_reduction: bool = True, warps: int | None = None
+) -> None:
+    """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous).
+
+    On CUDA, after a shape's first call, the compiled kernel is launched directly, without the
+    JIT's per-call binding of about 25 arguments: for small batches (20 x 32) that binding is a
+    large part of the call, whose GPU work takes about as long as its launch.
+    """
+    grid, args, options = _panel_launch(a, h, tau, None, one_reduction, False, warps)
+    if not _launchable_directly(a, h, tau):
+        _panel_kernel[grid](*args, **options)
+        return
+    key = (a.shape, a.device, one_reduction, warps)
+    if key not in _DIRECT:
+        compiled = _panel_kernel[grid](*args, **options)
+        constexprs = tuple(options[name] for name in _panel_kernel.arg_names[len(args):])
+        _DIRECT[key] = (compiled[(grid[0], 1, 1)], constexprs)
+        return
+    launch, constexprs = _DIRECT[key]
+    launch(*args, *constexprs)

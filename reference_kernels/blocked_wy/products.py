@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned
+from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned, ceil_div, pow2_at_least
 
 __all__ = ["leaf_step", "project_parts", "wy_update"]
 
@@ -195,10 +195,10 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tens
     aligned = _rows_aligned(c, src, v)
     warps = 4 if nb <= 64 else 8
     block_n = 64
-    strips = triton.cdiv(ncols, block_n)
-    part_rows = triton.cdiv(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
-    part_rows = triton.cdiv(part_rows, PROJECT_BM) * PROJECT_BM
-    parts = triton.cdiv(m, part_rows)
+    strips = ceil_div(ncols, block_n)
+    part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
+    part_rows = ceil_div(part_rows, PROJECT_BM) * PROJECT_BM
+    parts = ceil_div(m, part_rows)
     work = c.new_empty(batch, parts, nb, ncols)
     t_args = (t_base, t_off, t.stride(0), t.stride(1))
     _project_kernel[(strips, batch, parts)](
@@ -211,7 +211,7 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tens
         num_warps=warps,
     )  # fmt: skip
     block_m = 64
-    _subtract_kernel[(triton.cdiv(m, block_m) * strips, batch)](
+    _subtract_kernel[(ceil_div(m, block_m) * strips, batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
@@ -346,12 +346,12 @@ def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0
     """
     batch, m, w = panel.shape
     rows = m - c0
-    block_w = max(16, triton.next_power_of_2(w))
-    block_l = max(16, triton.next_power_of_2(e0 - c0))
+    block_w = max(16, pow2_at_least(w))
+    block_l = max(16, pow2_at_least(e0 - c0))
     block_r = max(32, min(128, 8192 // block_w))  # an 8K-float tile of the panel per program
     # The first launch sums G over at most 16 parts of the rows; every program of the second sums the parts.
-    part_rows = triton.cdiv(triton.cdiv(rows, 16), block_r) * block_r
-    n_parts = triton.cdiv(rows, part_rows)
+    part_rows = ceil_div(ceil_div(rows, 16), block_r) * block_r
+    n_parts = ceil_div(rows, part_rows)
     part = panel.new_empty(batch, n_parts, block_l, block_w)
     p_base, p_off = _base(panel)
     v_base, v_off = _base(v)
@@ -361,7 +361,7 @@ def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0
     _leaf_gram_kernel[(n_parts, batch)](
         *common, part, part.stride(0), m, c0, e0, w, part_rows, BR=block_r // 2, BL=block_l, BW=block_w, num_warps=4
     )
-    blocks = triton.cdiv(rows, block_r) if e0 < w else 1  # only the T merge (program 0) is left to do
+    blocks = ceil_div(rows, block_r) if e0 < w else 1  # only the T merge (program 0) is left to do
     _leaf_apply_kernel[(blocks, batch)](
         *common, t_base, t_off, t.stride(0), t.stride(1), part, part.stride(0), n_parts, m, c0, e0, w,
         BR=block_r, BL=block_l, BW=block_w, MERGE_T=merge_t and c0 > 0, num_warps=warps,

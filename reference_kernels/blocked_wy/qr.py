@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_panel, panel_tile
+from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import leaf_step, wy_update
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_update
 
@@ -274,7 +274,7 @@ def qr(
     if n <= plan.whole_max:
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        factor_panel(a, h, tau, one_reduction=plan.one_reduction, warps=plan.panel_warps)
+        factor_matrices(a, h, tau, plan.one_reduction, plan.panel_warps)
         return h, tau
     with ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():

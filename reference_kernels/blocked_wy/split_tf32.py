@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import _base
+from reference_kernels.blocked_wy.kernels import _base, ceil_div
 
 __all__ = ["fp32_precision", "split_tf32", "split_tf32_update"]
 
@@ -79,7 +79,7 @@ def split_tf32(x: torch.Tensor, dim: int, lo_slab: int) -> torch.Tensor:
         out_row, slab = 3 * s, s
     block = 1024
     x_base, x_off = _base(x)
-    _split_kernel[(triton.cdiv(per_matrix, block), batch)](
+    _split_kernel[(ceil_div(per_matrix, block), batch)](
         x_base, x_off, out, per_matrix, s, out_row, slab, LO_SLAB=lo_slab, BLOCK=block, num_warps=4
     )
     return out

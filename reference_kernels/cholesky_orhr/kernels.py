@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels.blocked_wy.kernels import ceil_div, pow2_at_least
+
 __all__ = [
     "DEFAULT_LEAF",
     "MAX_LEAF",
@@ -44,7 +46,7 @@ DEFAULT_LEAF = 32
 
 def _tile(k: int) -> int:
     """Power-of-two register tile edge for a k x k leaf (>= 16 so layouts stay regular)."""
-    return max(16, triton.next_power_of_2(k))
+    return max(16, pow2_at_least(k))
 
 
 def _warps(tile: int) -> int:
@@ -93,7 +95,7 @@ def classify(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     nonzero = torch.empty((batch, n), dtype=torch.int8, device=a.device)
     below = torch.empty((batch, n), dtype=torch.int8, device=a.device)
     block_c = 32
-    _classify_kernel[(batch, triton.cdiv(n, block_c))](a, nonzero, below, n, BLOCK_R=64, BLOCK_C=block_c)
+    _classify_kernel[(batch, ceil_div(n, block_c))](a, nonzero, below, n, BLOCK_R=64, BLOCK_C=block_c)
     return nonzero.bool(), below.bool()
 
 
@@ -373,5 +375,5 @@ def assemble(
     _check_contiguous(w, r, sign, tau, index, width, a, h, tau_out)
     batch, n, k = w.shape
     block = 32
-    grid = (batch, triton.cdiv(n, block), triton.cdiv(n, block))
+    grid = (batch, ceil_div(n, block), ceil_div(n, block))
     _assemble_kernel[grid](w, r, sign, tau, index, width, a, h, tau_out, n, k, BLOCK=block)
