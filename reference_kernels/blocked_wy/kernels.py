@@ -18,7 +18,16 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["INTERPRETED", "MAX_TILE", "ceil_div", "factor_matrices", "factor_panel", "panel_tile", "pow2_at_least"]
+__all__ = [
+    "INTERPRETED",
+    "MAX_TILE",
+    "ceil_div",
+    "factor_matrices",
+    "factor_panel",
+    "matrix_start",
+    "panel_tile",
+    "pow2_at_least",
+]
 
 # Under TRITON_INTERPRET=1 a few constructs take a form the interpreter runs fast (same arithmetic).
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -58,6 +67,18 @@ def _add_pairs(a, b, c, d):
     return a + c, b + d
 
 
+@triton.jit
+def matrix_start(base, off, pid, mat_stride, ALIGNED: tl.constexpr):
+    """Address of matrix ``pid`` of a batched view given by its storage and offset. With ALIGNED
+    (every matrix starts on 16 bytes) the compiler is told so: without it, blind to the offsets'
+    alignment, it gives each lane one column and replicates every row vector across the warp
+    (no vector loads, and spills)."""
+    start = base + off + pid * mat_stride
+    if ALIGNED:
+        start = tl.multiple_of(start, 16)
+    return start
+
+
 # Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
 # variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
 @triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m"])
@@ -71,15 +92,9 @@ def _panel_kernel(
     ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
-    src_mat = src + src_off + pid * mat_stride
-    dst_mat = dst + dst_off + pid * mat_stride
-    v_mat = v + v_off + pid * v_mat_stride
-    if ALIGNED:
-        # Matrices start on 16 bytes. Without this the compiler, blind to the offsets' alignment,
-        # gives each lane one column and replicates every row vector across the warp (spills).
-        src_mat = tl.multiple_of(src_mat, 16)
-        dst_mat = tl.multiple_of(dst_mat, 16)
-        v_mat = tl.multiple_of(v_mat, 16)
+    src_mat = matrix_start(src, src_off, pid, mat_stride, ALIGNED)
+    dst_mat = matrix_start(dst, dst_off, pid, mat_stride, ALIGNED)
+    v_mat = matrix_start(v, v_off, pid, v_mat_stride, ALIGNED)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_W)
     r2 = rows[:, None]

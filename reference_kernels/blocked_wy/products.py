@@ -21,7 +21,14 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import INTERPRETED, _base, _rows_aligned, ceil_div, pow2_at_least
+from reference_kernels.blocked_wy.kernels import (
+    INTERPRETED,
+    _base,
+    _rows_aligned,
+    ceil_div,
+    matrix_start,
+    pow2_at_least,
+)
 
 __all__ = ["leaf_step", "project_parts", "wy_update"]
 
@@ -94,11 +101,8 @@ def _project_kernel(
     end = tl.minimum(first + part_rows, m)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
-    c_mat = c + c_off + pid_b * c_mat_stride
-    v_mat = v + v_off + pid_b * v_mat_stride
-    if ALIGNED:  # as in _panel_kernel: lets the compiler use vector loads
-        c_mat = tl.multiple_of(c_mat, 16)
-        v_mat = tl.multiple_of(v_mat, 16)
+    c_mat = matrix_start(c, c_off, pid_b, c_mat_stride, ALIGNED)
+    v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
     acc = tl.zeros([NB, BN], dtype=tl.float32)
     if INTERPRETED:
@@ -151,13 +155,9 @@ def _subtract_kernel(
     rows = (pid // n_tiles) * BM + tl.arange(0, BM)[:, None]
     cols = (pid % n_tiles) * BN + tl.arange(0, BN)[None, :]
     ks = tl.arange(0, NB)
-    src_mat = src + src_off + pid_b * c_mat_stride
-    dst_mat = dst + dst_off + pid_b * c_mat_stride
-    v_mat = v + v_off + pid_b * v_mat_stride
-    if ALIGNED:
-        src_mat = tl.multiple_of(src_mat, 16)
-        dst_mat = tl.multiple_of(dst_mat, 16)
-        v_mat = tl.multiple_of(v_mat, 16)
+    src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
+    dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
+    v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     inside = (rows < m) & (cols < ncols)
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
     w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * ncols + cols
