@@ -27,6 +27,7 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 
 import reference_kernels.blocked_wy.kernels as kernels  # noqa: E402
+import reference_kernels.blocked_wy.launch as launching  # noqa: E402
 import reference_kernels.blocked_wy.products as products  # noqa: E402
 import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
@@ -144,42 +145,6 @@ def test_panel_warps() -> None:
     assert kernels._warps((16, 4), 8) == 2
     with pytest.raises(ValueError, match="panel_warps"):
         qr(torch.zeros(1, 4, 4), panel_warps=3)
-
-
-def test_direct_launch_hands_over_the_jit_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole-matrix path compiles through the JIT once per shape, then launches the compiled
-    kernel with every parameter of the signature in order: the JIT's arguments, then the options
-    that are constexprs (never ``num_warps``). (On a GPU, test_direct_launch_matches_the_jit runs it.)"""
-    calls: list[tuple[object, ...]] = []
-
-    class Compiled:
-        def __getitem__(self, grid: tuple[int, ...]) -> object:
-            return lambda *args: calls.append(("direct", grid, args))
-
-    class Jit:
-        arg_names = kernels._panel_kernel.arg_names
-
-        def __getitem__(self, grid: tuple[int, ...]) -> object:
-            def run(*args: object, **options: object) -> Compiled:
-                calls.append(("jit", grid, args, options))
-                return Compiled()
-            return run
-
-    monkeypatch.setattr(kernels, "_panel_kernel", Jit())
-    monkeypatch.setattr(kernels, "_launchable_directly", lambda *tensors: True)
-    monkeypatch.setattr(kernels, "_DIRECT", {})
-    a = torch.zeros(3, 8, 8)
-    h, tau = torch.empty_like(a), a.new_empty(3, 8)
-    for _ in range(3):
-        kernels.factor_matrices(a, h, tau, warps=2)
-    assert [c[0] for c in calls] == ["jit", "direct", "direct"]
-    (_, grid, args, options), (_, direct_grid, direct_args) = calls[:2]
-    assert direct_grid == (*grid, 1, 1)
-    assert len(direct_args) == len(Jit.arg_names)
-    given = dict(zip(Jit.arg_names, direct_args, strict=True))
-    assert direct_args[: len(args)] == args
-    assert all(given[name] == value for name, value in options.items() if name != "num_warps")
-    assert options["num_warps"] == 2
 
 
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
@@ -325,7 +290,7 @@ def test_direct_launch_matches_the_jit() -> None:
     """After a shape's first call the whole-matrix kernel is launched without the JIT: on new
     inputs, a second shape and an input it cannot take (odd offset: the JIT's way again) it
     computes bit for bit what the JIT's launch does."""
-    kernels._DIRECT.clear()
+    launching._COMPILED.clear()
     for b, n in ((20, 32), (3, 64), (20, 32)):
         for seed in (1, 2):
             a = generate_input(b, n, 2, seed, "dense")
@@ -338,4 +303,4 @@ def test_direct_launch_matches_the_jit() -> None:
                 assert torch.equal(h, h_jit)
                 assert torch.equal(tau, tau_jit)
                 _check(a, (h, tau))
-    assert len(kernels._DIRECT) == 2
+    assert len(launching._COMPILED) == 2

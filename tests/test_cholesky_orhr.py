@@ -493,3 +493,25 @@ def test_graphs_replay_other_data_and_subsets() -> None:
 def test_hard_cases_at_512(case: str) -> None:
     a = generate_input(16, 512, 0 if case != "mixed" else 2, 32520, case)
     _check(a, qr(a))
+
+
+@pytest.mark.gpu
+def test_whole_kernel_direct_launch_matches_the_jit() -> None:
+    """After a shape's first call the one-kernel path launches its compiled kernel directly: the
+    same H, tau and flags as the JIT's launch (the first call after clearing the cache), declined
+    matrices included."""
+    import reference_kernels.blocked_wy.launch as launch
+
+    n = 32
+    declining = generate_input(4, n, 1, 4260, "dense")
+    declining[1, :, 18:] = 0.0
+    for a in (generate_input(20, n, 2, 7, "dense"), generate_input(20, n, 2, 8, "dense"), declining):
+        results = []
+        for clear in (True, False):
+            if clear:
+                launch._COMPILED.clear()
+            h, tau = torch.full_like(a, 7.0), torch.full(a.shape[:2], 7.0, device=a.device)
+            results.append((kernels.whole_qr(a, h, tau, tight_loss(n)), h, tau))
+        assert launch._COMPILED
+        for jit, direct in zip(*results, strict=True):
+            assert torch.equal(jit, direct)

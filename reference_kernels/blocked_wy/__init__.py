@@ -9,6 +9,7 @@ into a one-file contest submission; packages building on this one start their li
 from reference_kernels.blocked_wy.qr import DEFAULT_PLANS, Plan, clear_graphs, default_plan, qr
 
 EXPORT_MODULES = (
+    "reference_kernels.blocked_wy.launch",
     "reference_kernels.blocked_wy.kernels",
     "reference_kernels.blocked_wy.products",
     "reference_kernels.blocked_wy.split_tf32",

@@ -11,41 +11,17 @@ v = x / (alpha - beta), v[0] = 1; tau = 0 and the column left as it is when x is
 The kernel runs unchanged under ``TRITON_INTERPRET=1``.
 """
 
-import os
-from collections.abc import Callable
-
 import torch
 import triton
 import triton.language as tl
 
-__all__ = [
-    "INTERPRETED",
-    "MAX_TILE",
-    "ceil_div",
-    "factor_matrices",
-    "factor_panel",
-    "matrix_start",
-    "panel_tile",
-    "pow2_at_least",
-]
+# INTERPRETED: under TRITON_INTERPRET=1 a few constructs take a form the interpreter runs fast (same arithmetic).
+from reference_kernels.blocked_wy.launch import INTERPRETED, launch, pow2_at_least
 
-# Under TRITON_INTERPRET=1 a few constructs take a form the interpreter runs fast (same arithmetic).
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+__all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
 
 # Largest tile one program holds: 32768 floats is 64 per thread at 16 warps.
 MAX_TILE = 32768
-
-
-# Host code's ``triton.next_power_of_2`` and ``triton.cdiv``: in triton 3.6 both are constexpr
-# functions that cost about 2 us per call from Python, and the small cases are host-bound.
-def pow2_at_least(x: int) -> int:
-    """The smallest power of two >= x (>= 1)."""
-    return 1 << max(0, x - 1).bit_length()
-
-
-def ceil_div(a: int, b: int) -> int:
-    """a / b rounded up (positive b)."""
-    return -(-a // b)
 
 
 def panel_tile(m: int, w: int) -> tuple[int, int]:
@@ -279,38 +255,10 @@ def factor_panel(
     _panel_kernel[grid](*args, **options)
 
 
-# Whole-matrix kernels compiled for one (shape, device, column step, warps): the launcher of the
-# compiled kernel and the constexpr values it takes after the arguments.
-_DIRECT: dict[tuple[object, ...], tuple[Callable[..., None], tuple[object, ...]]] = {}
-
-
-def _launchable_directly(*tensors: torch.Tensor) -> bool:
-    """Whether a kernel compiled for other tensors of the same shapes runs on these: contiguous,
-    16-byte aligned (the JIT specialises on both) and on the current CUDA device."""
-    return not INTERPRETED and all(
-        x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0 and x.get_device() == torch.cuda.current_device()
-        for x in tensors
-    )
-
-
 def factor_matrices(
     a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, one_reduction: bool = True, warps: int | None = None
 ) -> None:
-    """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous).
-
-    On CUDA, after a shape's first call, the compiled kernel is launched directly, without the
-    JIT's per-call binding of about 25 arguments: for small batches (20 x 32) that binding is a
-    large part of the call, whose GPU work takes about as long as its launch.
-    """
+    """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous), the
+    compiled kernel launched directly after a shape's first call (the small cases are host-bound)."""
     grid, args, options = _panel_launch(a, h, tau, None, one_reduction, False, warps)
-    if not _launchable_directly(a, h, tau):
-        _panel_kernel[grid](*args, **options)
-        return
-    key = (a.shape, a.device, one_reduction, warps)
-    if key not in _DIRECT:
-        compiled = _panel_kernel[grid](*args, **options)
-        constexprs = tuple(options[name] for name in _panel_kernel.arg_names[len(args):])
-        _DIRECT[key] = (compiled[(grid[0], 1, 1)], constexprs)
-        return
-    launch, constexprs = _DIRECT[key]
-    launch(*args, *constexprs)
+    launch(_panel_kernel, grid, args, options, key=(a.shape, one_reduction, warps), tensors=(a, h, tau))

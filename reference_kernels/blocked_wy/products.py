@@ -21,14 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import (
-    INTERPRETED,
-    _base,
-    _rows_aligned,
-    ceil_div,
-    matrix_start,
-    pow2_at_least,
-)
+from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
+from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 
 __all__ = ["leaf_step", "project_parts", "wy_update"]
 
