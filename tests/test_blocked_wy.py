@@ -149,14 +149,14 @@ def test_panel_warps() -> None:
 
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
 def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPU's single tuple reduction (slow under the interpreter, so on small matrices only)
-    gives what the interpreter's two sums give."""
+    """The GPU's single tuple reductions (slow under the interpreter, so on small matrices only)
+    give what the interpreter's separate sums give: two operands per column, four per pair."""
     a = generate_input(2, 8, 2, 11, "mixed")
-    blocked = {"nb": 4, "whole_max": 0}
-    expected = [qr(a), qr(a, **blocked)]
+    plans = [{}, {"nb": 4, "whole_max": 0}, {"two_columns": True}]
+    expected = [qr(a, **plan) for plan in plans]
     monkeypatch.setattr(kernels, "INTERPRETED", False)
-    for out, reference in zip([_factor_and_check(a), _factor_and_check(a, **blocked)], expected, strict=True):
-        torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)
+    for plan, reference in zip(plans, expected, strict=True):
+        torch.testing.assert_close(_factor_and_check(a, **plan), reference, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", ["dense", "rankdef", "mixed"])
@@ -167,6 +167,30 @@ def test_earlier_column_steps(case: str, one_reduction: bool) -> None:
     a = generate_input(2, 37, 2, 4000, case).to(DEVICE)
     _factor_and_check(a, one_reduction=one_reduction, top_tile=False)
     _factor_and_check(a, nb=16, leaf=4, whole_max=0, one_reduction=one_reduction, top_tile=False)
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+@pytest.mark.parametrize("n", [2, 7, 33])
+def test_two_column_step(case: str, n: int) -> None:
+    """Columns in pairs (one reduction per pair, odd n ending on a single column) on whole
+    matrices, and on tall panels of leaves (the top tile off, where pairs apply)."""
+    a = generate_input(2, n, 2, 4500 + n, case).to(DEVICE)
+    _factor_and_check(a, two_columns=True)
+    _factor_and_check(a, nb=16, leaf=8, whole_max=0, top_tile=False, two_columns=True)
+
+
+def test_two_column_step_takes_collinear_pairs_one_by_one() -> None:
+    """Where column k + 1 is column k to a few ulps (every pair here), the pair's norm would come
+    from a difference that cancels: the columns are done one by one, bit for bit as the one-column
+    step does them. A dense matrix takes the paired formulas, which round differently."""
+    base = generate_input(2, 16, 1, 4600, "dense").to(DEVICE)
+    collinear = base.clone()
+    collinear[:, :, 1::2] = base[:, :, 0::2] * (1 + 2 * torch.finfo(torch.float32).eps)
+    paired = _factor_and_check(collinear, two_columns=True)
+    single = qr(collinear)
+    assert torch.equal(paired[0], single[0])
+    assert torch.equal(paired[1], single[1])
+    assert not torch.equal(_factor_and_check(base, two_columns=True)[0], qr(base)[0])
 
 
 @pytest.mark.parametrize("plan", [{}, {"nb": 8, "whole_max": 0}], ids=["whole", "blocked"])
@@ -244,6 +268,8 @@ def test_every_launch_compiles_for_sm90() -> None:
         *(((1, n), default_plan(n)) for n in (32, 176, 512, 4096)),  # whole matrix, panels, leaves of 32 to 8
         ((1, 1024), Plan(nb=128, leaf=32, one_reduction=False, top_tile=False)),  # widest panels; earlier step
         ((1, 1024), Plan(nb=64, leaf=64, top_tile=False)),  # the one-reduction step on tall panels
+        ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
+        ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

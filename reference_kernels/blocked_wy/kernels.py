@@ -55,6 +55,127 @@ def matrix_start(base, off, pid, mat_stride, ALIGNED: tl.constexpr):
     return start
 
 
+@triton.jit
+def _reflector(alpha, sigma):
+    """larfg's scalars for a column with entry alpha and squared tail norm sigma: whether it
+    reflects (tau = 0 and the column left as it is when the tail is exactly zero), beta and tau."""
+    reflect = sigma > 0.0
+    norm = tl.sqrt_rn(alpha * alpha + sigma)
+    beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
+    tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
+    return reflect, beta, tau_k
+
+
+@triton.jit
+def _larft_column(tri, s, tau_k, k, cols):
+    """larft's column k of T: T[:k, k] = -tau_k T[:k, :k] z, T[k, k] = tau_k, with z = V^T v the
+    entries of s = v^T X at the finished columns j < k (each holds its own reflector)."""
+    tz = tl.sum(tri * tl.where(cols < k, s, 0.0)[None, :], axis=1)
+    return tl.where(cols[None, :] == k, tl.where(cols == k, tau_k, -tau_k * tz)[:, None], tri)
+
+
+@triton.jit
+def _one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Column k's reflector applied to the tile with one block-wide reduction: the tail's products
+    with every column (sigma is its own one) and row k (alpha and the v[k] = 1 term), so s = v^T X
+    follows without a second pass once beta is known: s_j = X[k, j] + (tail . X_j) / (alpha - beta)."""
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
+    tail = tl.where(rows > k, col, 0.0)
+    if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+        dots = tl.sum(tail[:, None] * x, axis=0)
+        row_k = tl.sum(tl.where(r2 == k, x, 0.0), axis=0)
+    else:  # one reduction of both: 3 barriers per column where two tl.sum take 6 (ptxas, sm_90)
+        dots, row_k = tl.reduce((tail[:, None] * x, tl.where(r2 == k, x, 0.0)), 0, _add_pairs)
+    alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
+    sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
+    reflect, beta, tau_k = _reflector(alpha, sigma)
+    # LAPACK's dlarfg scales x by 1 / (alpha - beta) too: one division per column, not per row.
+    scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+    vk = tl.where(rows == k, 1.0, tail * scale)
+    s = row_k + dots * scale
+    x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
+    x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
+    taus = tl.where(cols == k, tau_k, taus)
+    if WRITE_WY:
+        tri = _larft_column(tri, s, tau_k, k, cols)
+    return x, taus, tri
+
+
+@triton.jit
+def _add_quads(a, b, c, d, e, f, g, h):
+    return a + e, b + f, c + g, d + h
+
+
+@triton.jit
+def _two_columns(x, taus, tri, k, rows, cols, WRITE_WY: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Columns k and k + 1 with one block-wide reduction (half the reductions' latency per column).
+
+    The reduction gathers, below row k + 1, column k's and column k + 1's products with every column
+    (p, q), and rows k and k + 1. Column k's step follows as in :func:`_one_reduction_column`, its
+    tail sums being p plus row k + 1's term. Column k + 1 after that step is c = X_{k+1} - v1 g;
+    its squared tail norm, v2 and s2 = v2^T (H_k X) expand into the same sums. The norm is a
+    difference, exact only without cancellation: where it loses more than a factor 4 against its
+    terms (nearly collinear columns) the two columns are done one by one instead.
+    """
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    k2 = k + 1
+    col1 = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
+    col2 = tl.sum(tl.where(c2 == k2, x, 0.0), axis=1)
+    below1 = tl.where(rows > k2, col1, 0.0)
+    below2 = tl.where(rows > k2, col2, 0.0)
+    if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+        p = tl.sum(below1[:, None] * x, axis=0)
+        q = tl.sum(below2[:, None] * x, axis=0)
+        row1 = tl.sum(tl.where(r2 == k, x, 0.0), axis=0)
+        row2 = tl.sum(tl.where(r2 == k2, x, 0.0), axis=0)
+    else:
+        p, q, row1, row2 = tl.reduce(
+            (below1[:, None] * x, below2[:, None] * x, tl.where(r2 == k, x, 0.0), tl.where(r2 == k2, x, 0.0)),
+            0,
+            _add_quads,
+        )
+    x21 = tl.sum(tl.where(cols == k, row2, 0.0), axis=0)  # X[k + 1, k]
+    dots1 = p + x21 * row2  # column k's tail (rows > k) . X_j
+    alpha1 = tl.sum(tl.where(cols == k, row1, 0.0), axis=0)
+    sigma1 = tl.sum(tl.where(cols == k, dots1, 0.0), axis=0)
+    reflect1, beta1, tau1 = _reflector(alpha1, sigma1)
+    sc1 = tl.where(reflect1, tl.div_rn(1.0, tl.where(reflect1, alpha1 - beta1, 1.0)), 1.0)
+    s1 = row1 + dots1 * sc1
+    u = tl.where(cols > k, tau1 * s1, 0.0)  # H_k X = X - v1 u^T
+    g = tl.sum(tl.where(cols == k2, u, 0.0), axis=0)
+    # Below row k + 1: t1 = |X_{k+1}|^2, t2 = v1 . X_{k+1}, t3 = |v1|^2.
+    t1 = tl.sum(tl.where(cols == k2, q, 0.0), axis=0)
+    t2 = sc1 * tl.sum(tl.where(cols == k2, p, 0.0), axis=0)
+    t3 = sc1 * sc1 * tl.sum(tl.where(cols == k, p, 0.0), axis=0)
+    sigma2 = t1 - 2.0 * g * t2 + g * g * t3
+    if sigma2 >= 0.25 * (t1 + 2.0 * tl.abs(g * t2) + g * g * t3):
+        v1_k2 = x21 * sc1
+        alpha2 = tl.sum(tl.where(cols == k2, row2, 0.0), axis=0) - v1_k2 * g
+        reflect2, beta2, tau2 = _reflector(alpha2, sigma2)
+        sc2 = tl.where(reflect2, tl.div_rn(1.0, tl.where(reflect2, alpha2 - beta2, 1.0)), 1.0)
+        # s2_j = (H_k X)[k + 1, j] + sc2 (c's tail . (X_j - v1 u_j)); column k holds v1 = sc1 X_k below row k.
+        s2 = row2 - v1_k2 * u + sc2 * (q - (g * sc1) * p - u * t2 + (g * t3) * u)
+        s2 = tl.where(cols == k, sc1 * s2, s2)
+        # Only col1 and col2 stay live beside the tile: v1, v2 and both finished columns derive from them.
+        v1 = tl.where(rows == k, 1.0, tl.where(rows > k, col1 * sc1, 0.0))
+        col2 = col2 - v1 * g  # column k + 1 after H_k
+        v2 = tl.where(rows == k2, 1.0, tl.where(rows > k2, col2 * sc2, 0.0))
+        x = x - v1[:, None] * u[None, :] - v2[:, None] * tl.where(cols > k2, tau2 * s2, 0.0)[None, :]
+        x = tl.where(c2 == k, tl.where(rows <= k, tl.where(rows == k, beta1, col1), v1)[:, None], x)
+        x = tl.where(c2 == k2, tl.where(rows <= k2, tl.where(rows == k2, beta2, col2), v2)[:, None], x)
+        taus = tl.where(cols == k, tau1, tl.where(cols == k2, tau2, taus))
+        if WRITE_WY:
+            tri = _larft_column(tri, s1, tau1, k, cols)
+            tri = _larft_column(tri, s2, tau2, k2, cols)
+    else:
+        x, taus, tri = _one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
+        x, taus, tri = _one_reduction_column(x, taus, tri, k2, rows, cols, WRITE_WY, INTERPRETED)
+    return x, taus, tri
+
+
 # Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
 # variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
 @triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m"])
@@ -65,7 +186,7 @@ def _panel_kernel(
     t, t_off, t_mat_stride, t_row_stride,
     m,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
-    ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, INTERPRETED: tl.constexpr,
+    ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     src_mat = matrix_start(src, src_off, pid, mat_stride, ALIGNED)
@@ -90,67 +211,54 @@ def _panel_kernel(
         top = tl.load(src_mat + t2 * row_stride + c2, mask=(t2 < W) & (c2 < W), other=0.0)
         scales = tl.full([BLOCK_W], 1.0, tl.float32)
 
-    for k in range(W):
-        col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
-        tail = tl.where(rows > k, col, 0.0)
-        if TOP_TILE:
-            dots = tl.sum(tail[:, None] * x, axis=0)
-            row_k = tl.sum(tl.where(t2 == k, top, 0.0), axis=0)
-            alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
-            sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
-        elif ONE_REDUCTION:
-            # One block-wide reduction per column: the tail's products with every column (sigma is
-            # its own one) and row k (alpha and the v[k] = 1 term), so s = v^T X follows without a
-            # second pass once beta is known: s_j = X[k, j] + (tail . X_j) / (alpha - beta).
-            if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
-                dots = tl.sum(tail[:, None] * x, axis=0)
-                row_k = tl.sum(tl.where(r2 == k, x, 0.0), axis=0)
-            else:  # one reduction of both: 3 barriers per column where two tl.sum take 6 (ptxas, sm_90)
-                dots, row_k = tl.reduce((tail[:, None] * x, tl.where(r2 == k, x, 0.0)), 0, _add_pairs)
-            alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
-            sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
-        else:
-            alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
-            sigma = tl.sum(tail * tail, axis=0)
-        reflect = sigma > 0.0
-        norm = tl.sqrt_rn(alpha * alpha + sigma)
-        beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
-        tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
-        if TOP_TILE:
-            scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
-            # v^T X_j = X[k, j] + scale (tail . X_j); a finished column j < k holds tail_j = v_j / scale_j.
-            s = row_k + dots * scale * tl.where(cols < k, scales, 1.0)
-            coef = tl.where(cols > k, tau_k * s, 0.0)
-            step = -(coef * scale)  # an explicit fma in both tiles: no contraction choice can split them
-            x = tl.fma(tail[:, None], step[None, :], x)
-            # The same operations on the small tile's rows > k keep both copies of them bit for bit
-            # equal (sigma came from the big tile; V's top rows are stored from the small one);
-            # row k, where v is 1, is the small tile's alone.
-            top_col = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
-            top_tail = tl.where(cols > k, top_col, 0.0)
-            top = tl.fma(top_tail[:, None], step[None, :], top)
-            top = top - tl.where(t2 == k, coef[None, :], 0.0)
-            finished = tl.where(cols < k, top_col, tl.where(cols == k, beta, top_tail * scale))
-            top = tl.where(c2 == k, finished[:, None], top)
-            scales = tl.where(cols == k, scale, scales)
-        elif ONE_REDUCTION:
-            # LAPACK's dlarfg scales x by 1 / (alpha - beta) too: one division per column, not per row.
-            scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
-            vk = tl.where(rows == k, 1.0, tail * scale)
-            s = row_k + dots * scale
-        else:
-            vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
-            # v vanishes above row k, where every finished column j < k holds its own reflector, so
-            # one reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
-            s = tl.sum(vk[:, None] * x, axis=0)
-        if not TOP_TILE:
-            x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
-            x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
-        taus = tl.where(cols == k, tau_k, taus)
-        if WRITE_WY:
-            # larft: T[:k, k] = -tau_k T[:k, :k] z, T[k, k] = tau_k.
-            tz = tl.sum(tri * tl.where(cols < k, s, 0.0)[None, :], axis=1)
-            tri = tl.where(c2 == k, tl.where(cols == k, tau_k, -tau_k * tz)[:, None], tri)
+    if TWO_COLUMNS:
+        for k in range(0, W - 1, 2):
+            x, taus, tri = _two_columns(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
+        if W % 2 == 1:
+            x, taus, tri = _one_reduction_column(x, taus, tri, W - 1, rows, cols, WRITE_WY, INTERPRETED)
+    else:
+        for k in range(W):
+            if ONE_REDUCTION and not TOP_TILE:
+                x, taus, tri = _one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
+            else:
+                col = tl.sum(tl.where(c2 == k, x, 0.0), axis=1)
+                tail = tl.where(rows > k, col, 0.0)
+                if TOP_TILE:
+                    dots = tl.sum(tail[:, None] * x, axis=0)
+                    row_k = tl.sum(tl.where(t2 == k, top, 0.0), axis=0)
+                    alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
+                    sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
+                else:
+                    alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
+                    sigma = tl.sum(tail * tail, axis=0)
+                reflect, beta, tau_k = _reflector(alpha, sigma)
+                if TOP_TILE:
+                    scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+                    # v^T X_j = X[k, j] + scale (tail . X_j); a finished column j < k holds tail_j = v_j / scale_j.
+                    s = row_k + dots * scale * tl.where(cols < k, scales, 1.0)
+                    coef = tl.where(cols > k, tau_k * s, 0.0)
+                    step = -(coef * scale)  # an explicit fma in both tiles: no contraction choice can split them
+                    x = tl.fma(tail[:, None], step[None, :], x)
+                    # The same operations on the small tile's rows > k keep both copies of them bit for bit
+                    # equal (sigma came from the big tile; V's top rows are stored from the small one);
+                    # row k, where v is 1, is the small tile's alone.
+                    top_col = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+                    top_tail = tl.where(cols > k, top_col, 0.0)
+                    top = tl.fma(top_tail[:, None], step[None, :], top)
+                    top = top - tl.where(t2 == k, coef[None, :], 0.0)
+                    finished = tl.where(cols < k, top_col, tl.where(cols == k, beta, top_tail * scale))
+                    top = tl.where(c2 == k, finished[:, None], top)
+                    scales = tl.where(cols == k, scale, scales)
+                else:
+                    vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
+                    # v vanishes above row k, where every finished column j < k holds its own reflector, so
+                    # one reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
+                    s = tl.sum(vk[:, None] * x, axis=0)
+                    x = x - vk[:, None] * tl.where(cols > k, tau_k * s, 0.0)[None, :]
+                    x = tl.where(c2 == k, tl.where(rows < k, col, tl.where(rows == k, beta, vk))[:, None], x)
+                taus = tl.where(cols == k, tau_k, taus)
+                if WRITE_WY:
+                    tri = _larft_column(tri, s, tau_k, k, cols)
 
     if TOP_TILE:
         x = x * scales[None, :]
@@ -199,6 +307,7 @@ def _panel_launch(
     one_reduction: bool,
     top_tile: bool,
     warps: int | None,
+    two_columns: bool = False,
 ) -> _Launch:
     """The panel kernel's grid, arguments and keyword options for :func:`factor_panel`."""
     batch, m, w = dst.shape
@@ -226,6 +335,7 @@ def _panel_launch(
         "ALIGNED": _rows_aligned(src, dst, *(wy or ())),
         "ONE_REDUCTION": one_reduction,
         "TOP_TILE": top_tile and m >= 2 * w,
+        "TWO_COLUMNS": two_columns and one_reduction and not (top_tile and m >= 2 * w),
         "INTERPRETED": INTERPRETED,
         "num_warps": _warps(tile, warps),
     }
@@ -240,6 +350,7 @@ def factor_panel(
     one_reduction: bool = True,
     top_tile: bool = True,
     warps: int | None = None,
+    two_columns: bool = False,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
@@ -249,16 +360,23 @@ def factor_panel(
     ``one_reduction`` picks the column step with one block-wide reduction (else three, as before);
     ``top_tile`` (panels at least twice as tall as wide only) the step that keeps the first w rows
     in a tile of their own and scales the reflectors once at the end, which overrides it.
-    ``warps`` overrides the kernel's warp count (see ``_warps``).
+    ``warps`` overrides the kernel's warp count (see ``_warps``). ``two_columns`` (one-reduction
+    step without the top tile only) takes the columns in pairs, one block-wide reduction per pair.
     """
-    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps)
+    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns)
     _panel_kernel[grid](*args, **options)
 
 
 def factor_matrices(
-    a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, one_reduction: bool = True, warps: int | None = None
+    a: torch.Tensor,
+    h: torch.Tensor,
+    tau: torch.Tensor,
+    one_reduction: bool = True,
+    warps: int | None = None,
+    two_columns: bool = False,
 ) -> None:
     """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous), the
     compiled kernel launched directly after a shape's first call (the small cases are host-bound)."""
-    grid, args, options = _panel_launch(a, h, tau, None, one_reduction, False, warps)
-    launch(_panel_kernel, grid, args, options, key=(a.shape, one_reduction, warps), tensors=(a, h, tau))
+    grid, args, options = _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)
+    key = (a.shape, one_reduction, warps, two_columns)
+    launch(_panel_kernel, grid, args, options, key=key, tensors=(a, h, tau))

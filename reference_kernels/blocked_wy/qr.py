@@ -59,6 +59,8 @@ class Plan:
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
     - ``top_tile``: panels at least twice as tall as wide keep their first rows in a tile of their
       own and scale the reflectors once at the end (about half the big tile's work per column).
+    - ``two_columns``: the one-reduction column step (not the top tile's) takes columns in pairs,
+      one block-wide reduction per pair; nearly collinear pairs are done one by one.
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
@@ -72,6 +74,7 @@ class Plan:
     inner: Inner = "torch"
     one_reduction: bool = True
     top_tile: bool = True
+    two_columns: bool = False
     panel_warps: int | None = None
     graph: bool = True
 
@@ -167,7 +170,8 @@ def _factor_block(
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
         factor_panel(
-            leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.one_reduction, plan.top_tile, plan.panel_warps
+            leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf),
+            plan.one_reduction, plan.top_tile, plan.panel_warps, plan.two_columns,
         )
         merge = c > 0 and need_t
         if plan.inner == "triton":
@@ -250,6 +254,7 @@ def qr(
     inner: Inner | None = None,
     one_reduction: bool | None = None,
     top_tile: bool | None = None,
+    two_columns: bool | None = None,
     panel_warps: int | None = None,
     graph: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,7 +268,8 @@ def qr(
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
-    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "panel_warps": panel_warps, "graph": graph}
+    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "two_columns": two_columns}
+    fields |= {"panel_warps": panel_warps, "graph": graph}
     overrides = {key: value for key, value in fields.items() if value is not None}
     if overrides:
         plan = replace(plan, **overrides)
@@ -274,7 +280,7 @@ def qr(
     if n <= plan.whole_max:
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        factor_matrices(a, h, tau, plan.one_reduction, plan.panel_warps)
+        factor_matrices(a, h, tau, plan.one_reduction, plan.panel_warps, plan.two_columns)
         return h, tau
     with ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
