@@ -50,10 +50,9 @@ def candidates(n: int) -> dict[str, Plan]:
     new = default_plan(n)
     plans = {"new": new, "old": previous_default(n)}
     variants: dict[str, dict[str, object]] = {f"warps={w}": {"panel_warps": w} for w in WARPS_TRIED.get(n, ())}
-    if n <= new.whole_max or not new.top_tile:  # columns in pairs: the one-reduction step only
-        variants["pairs"] = {"two_columns": True}
-        if new.panel_warps and new.panel_warps <= 8:  # pairs hold more per thread: spills at 128 floats
-            variants[f"pairs,warps={2 * new.panel_warps}"] = {"two_columns": True, "panel_warps": 2 * new.panel_warps}
+    variants["pairs"] = {"two_columns": True}
+    if new.panel_warps and new.panel_warps <= 8:  # pairs hold more per thread: spills at 128 floats
+        variants[f"pairs,warps={2 * new.panel_warps}"] = {"two_columns": True, "panel_warps": 2 * new.panel_warps}
     if n > new.whole_max:
         variants["no-top"] = {"top_tile": not new.top_tile}
         if n >= 4096:

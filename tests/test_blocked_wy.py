@@ -150,9 +150,11 @@ def test_panel_warps() -> None:
 @pytest.mark.skipif(not kernels.INTERPRETED, reason="on a GPU every test runs the GPU form")
 def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU's single tuple reductions (slow under the interpreter, so on small matrices only)
-    give what the interpreter's separate sums give: two operands per column, four per pair."""
+    give what the interpreter's separate sums give: two operands per column or top-tile pair, four
+    per pair without the top tile."""
     a = generate_input(2, 8, 2, 11, "mixed")
-    plans = [{}, {"nb": 4, "whole_max": 0}, {"two_columns": True}]
+    blocked = {"nb": 4, "whole_max": 0}  # the first panel's leaf is tall enough for the top tile
+    plans = [{}, blocked, {"two_columns": True}, {**blocked, "two_columns": True}]
     expected = [qr(a, **plan) for plan in plans]
     monkeypatch.setattr(kernels, "INTERPRETED", False)
     for plan, reference in zip(plans, expected, strict=True):
@@ -173,10 +175,11 @@ def test_earlier_column_steps(case: str, one_reduction: bool) -> None:
 @pytest.mark.parametrize("n", [2, 7, 33])
 def test_two_column_step(case: str, n: int) -> None:
     """Columns in pairs (one reduction per pair, odd n ending on a single column) on whole
-    matrices, and on tall panels of leaves (the top tile off, where pairs apply)."""
+    matrices, and on panels of leaves with the top tile (tall leaves) and without."""
     a = generate_input(2, n, 2, 4500 + n, case).to(DEVICE)
     _factor_and_check(a, two_columns=True)
-    _factor_and_check(a, nb=16, leaf=8, whole_max=0, top_tile=False, two_columns=True)
+    for top_tile in (True, False):
+        _factor_and_check(a, nb=16, leaf=8, whole_max=0, top_tile=top_tile, two_columns=True)
 
 
 def test_two_column_step_takes_collinear_pairs_one_by_one() -> None:
@@ -186,11 +189,12 @@ def test_two_column_step_takes_collinear_pairs_one_by_one() -> None:
     base = generate_input(2, 16, 1, 4600, "dense").to(DEVICE)
     collinear = base.clone()
     collinear[:, :, 1::2] = base[:, :, 0::2] * (1 + 2 * torch.finfo(torch.float32).eps)
-    paired = _factor_and_check(collinear, two_columns=True)
-    single = qr(collinear)
-    assert torch.equal(paired[0], single[0])
-    assert torch.equal(paired[1], single[1])
-    assert not torch.equal(_factor_and_check(base, two_columns=True)[0], qr(base)[0])
+    for plan in ({}, {"nb": 8, "leaf": 4, "whole_max": 0}):  # the whole matrix; tall leaves (top tile)
+        paired = _factor_and_check(collinear, two_columns=True, **plan)
+        single = qr(collinear, **plan)
+        assert torch.equal(paired[0], single[0])
+        assert torch.equal(paired[1], single[1])
+        assert not torch.equal(_factor_and_check(base, two_columns=True, **plan)[0], qr(base, **plan)[0])
 
 
 @pytest.mark.parametrize("plan", [{}, {"nb": 8, "whole_max": 0}], ids=["whole", "blocked"])
@@ -270,6 +274,7 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 1024), Plan(nb=64, leaf=64, top_tile=False)),  # the one-reduction step on tall panels
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
+        ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

@@ -59,8 +59,8 @@ class Plan:
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
     - ``top_tile``: panels at least twice as tall as wide keep their first rows in a tile of their
       own and scale the reflectors once at the end (about half the big tile's work per column).
-    - ``two_columns``: the one-reduction column step (not the top tile's) takes columns in pairs,
-      one block-wide reduction per pair; nearly collinear pairs are done one by one.
+    - ``two_columns``: the column step takes columns in pairs, one block-wide reduction per pair
+      (one-reduction and top-tile steps); nearly collinear pairs are done one by one.
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
