@@ -2,7 +2,8 @@
 
     python benchmarks/kernel_dev.py [--kernels blocked_wy,cholesky_orhr,geqrf] [--cases 640x512,mixed]
                                     [--nb 32,64] [--leaf 16] [--whole-max 64,128] [--update torch,tf32x3]
-                                    [--inner torch,triton] [--one-reduction on,off] [--graph on,off]
+                                    [--inner torch,triton] [--one-reduction on,off] [--top-tile on,off]
+                                    [--two-columns on,off] [--panel-warps 2,4] [--graph on,off]
                                     [--skip-geqrf-timing]
     python benchmarks/kernel_dev.py --sweep [--budget-s 200]
 
@@ -124,9 +125,11 @@ def blocked_wy_variants(args: argparse.Namespace) -> dict[str, Kernel]:
         "whole_max": [int(v) for v in args.whole_max.split(",")] if args.whole_max else None,
         "update": args.update.split(",") if args.update else None,
         "inner": args.inner.split(",") if args.inner else None,
-        "one_reduction": [v == "on" for v in args.one_reduction.split(",")] if args.one_reduction else None,
-        "graph": [v == "on" for v in args.graph.split(",")] if args.graph else None,
+        "panel_warps": [int(v) for v in args.panel_warps.split(",")] if args.panel_warps else None,
     }
+    for knob in ("one_reduction", "top_tile", "two_columns", "graph"):
+        given_values = getattr(args, knob)
+        knobs[knob] = [v == "on" for v in given_values.split(",")] if given_values else None
     given = {k: v for k, v in knobs.items() if v}
     variants = {}
     for values in itertools.product(*given.values()):
@@ -295,6 +298,9 @@ def main() -> int:
     parser.add_argument("--update", help="blocked_wy trailing update: torch, tf32x3")
     parser.add_argument("--inner", help="blocked_wy products inside a panel: torch, triton")
     parser.add_argument("--one-reduction", help="blocked_wy panel column step with one reduction: on, off")
+    parser.add_argument("--top-tile", help="blocked_wy top-tile column step on tall panels: on, off")
+    parser.add_argument("--two-columns", help="blocked_wy column steps taking columns in pairs: on, off")
+    parser.add_argument("--panel-warps", help="blocked_wy panel-kernel warps, e.g. 2,4,8")
     parser.add_argument("--sweep", action="store_true", help="compare blocked_wy plans per size (see wy_sweep.py)")
     parser.add_argument("--graph", help="blocked_wy CUDA graphs: on, off")
     parser.add_argument("--repeats", type=int, default=10)
