@@ -29,7 +29,7 @@ class _Kernel:
         self.calls: list[tuple[str, tuple[int, ...], tuple[object, ...]]] = []
 
     def __getitem__(self, grid: tuple[int, ...]):
-        def jit(*args: object, **options: object) -> _Kernel:
+        def jit(*args: object, **options: object) -> object:
             self.calls.append(("jit", grid, (*args, options)))
             return self._compiled()
 

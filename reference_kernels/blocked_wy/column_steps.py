@@ -25,12 +25,15 @@ def _add_pairs(a, b, c, d):
 @triton.jit
 def _reflector(alpha, sigma):
     """larfg's scalars for a column with entry alpha and squared tail norm sigma: whether it
-    reflects (tau = 0 and the column left as it is when the tail is exactly zero), beta and tau."""
+    reflects (tau = 0 and the column left as it is when the tail is exactly zero), beta, tau, and
+    the tail's scale 1 / (alpha - beta) (1 without a reflection): LAPACK's dlarfg scales by the
+    reciprocal too, one division per column, not per row."""
     reflect = sigma > 0.0
     norm = tl.sqrt_rn(alpha * alpha + sigma)
     beta = tl.where(reflect, tl.where(alpha >= 0.0, -norm, norm), alpha)
     tau_k = tl.where(reflect, tl.div_rn(beta - alpha, tl.where(reflect, beta, 1.0)), 0.0)
-    return reflect, beta, tau_k
+    scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+    return reflect, beta, tau_k, scale
 
 
 @triton.jit
@@ -69,9 +72,7 @@ def one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY: tl.constexpr, IN
         dots, row_k = tl.reduce((tail[:, None] * x, tl.where(r2 == k, x, 0.0)), 0, _add_pairs)
     alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
     sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
-    reflect, beta, tau_k = _reflector(alpha, sigma)
-    # LAPACK's dlarfg scales x by 1 / (alpha - beta) too: one division per column, not per row.
-    scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+    _, beta, tau_k, scale = _reflector(alpha, sigma)
     vk = tl.where(rows == k, 1.0, tail * scale)
     s = row_k + dots * scale
     return _apply_reflector(x, taus, tri, k, col, vk, beta, tau_k, s, rows, cols, WRITE_WY)
@@ -86,7 +87,7 @@ def three_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY: tl.constexpr):
     tail = tl.where(rows > k, col, 0.0)
     alpha = tl.sum(tl.where(rows == k, col, 0.0), axis=0)
     sigma = tl.sum(tail * tail, axis=0)
-    reflect, beta, tau_k = _reflector(alpha, sigma)
+    reflect, beta, tau_k, _ = _reflector(alpha, sigma)
     vk = tl.where(rows == k, 1.0, tl.div_rn(tail, tl.where(reflect, alpha - beta, 1.0)))
     # v vanishes above row k, where every finished column j < k holds its own reflector, so
     # one reduction gives v^T X for the trailing columns and larft's z = V^T v for the finished ones.
@@ -107,8 +108,7 @@ def top_tile_column(x, top, scales, taus, tri, k, rows, cols, WRITE_WY: tl.const
     row_k = tl.sum(tl.where(t2 == k, top, 0.0), axis=0)
     alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
     sigma = tl.sum(tl.where(cols == k, dots, 0.0), axis=0)
-    reflect, beta, tau_k = _reflector(alpha, sigma)
-    scale = tl.where(reflect, tl.div_rn(1.0, tl.where(reflect, alpha - beta, 1.0)), 1.0)
+    _, beta, tau_k, scale = _reflector(alpha, sigma)
     # v^T X_j = X[k, j] + scale (tail . X_j); a finished column j < k holds tail_j = v_j / scale_j.
     s = row_k + dots * scale * tl.where(cols < k, scales, 1.0)
     coef = tl.where(cols > k, tau_k * s, 0.0)
@@ -151,8 +151,7 @@ def _pair_reflectors(p, q, row1, row2, k, cols):
     dots1 = p + x21 * row2  # column k's tail (rows > k) . X_j
     alpha1 = tl.sum(tl.where(cols == k, row1, 0.0), axis=0)
     sigma1 = tl.sum(tl.where(cols == k, dots1, 0.0), axis=0)
-    reflect1, beta1, tau1 = _reflector(alpha1, sigma1)
-    sc1 = tl.where(reflect1, tl.div_rn(1.0, tl.where(reflect1, alpha1 - beta1, 1.0)), 1.0)
+    _, beta1, tau1, sc1 = _reflector(alpha1, sigma1)
     s1 = row1 + dots1 * sc1
     u = tl.where(cols > k, tau1 * s1, 0.0)
     g = tl.sum(tl.where(cols == k2, u, 0.0), axis=0)
@@ -164,8 +163,7 @@ def _pair_reflectors(p, q, row1, row2, k, cols):
     exact = sigma2 >= 0.25 * (xx + 2.0 * tl.abs(g * vx) + g * g * vv)
     v1_k2 = x21 * sc1
     alpha2 = tl.sum(tl.where(cols == k2, row2, 0.0), axis=0) - v1_k2 * g
-    reflect2, beta2, tau2 = _reflector(alpha2, tl.maximum(sigma2, 0.0))
-    sc2 = tl.where(reflect2, tl.div_rn(1.0, tl.where(reflect2, alpha2 - beta2, 1.0)), 1.0)
+    _, beta2, tau2, sc2 = _reflector(alpha2, tl.maximum(sigma2, 0.0))
     # s2_j = (H_k X)[k + 1, j] + sc2 (c's tail . (X_j - v1 u_j)); column k holds v1 = sc1 X_k below row k.
     s2 = row2 - v1_k2 * u + sc2 * (q - (g * sc1) * p - u * vx + (g * vv) * u)
     s2 = tl.where(cols == k, sc1 * s2, s2)

@@ -166,6 +166,7 @@ def _panel_launch(
     if src.stride() != dst.stride():
         raise ValueError("src and dst must share one layout")
     tile = panel_tile(m, w)
+    top_tile = top_tile and m >= 2 * w  # the top tile needs a panel at least twice as tall as wide
     tau_base, tau_off = _base(tau)
     if wy is None:
         v_args = t_args = (tau_base, 0, 0, 0)
@@ -184,8 +185,8 @@ def _panel_launch(
         "W": w, "BLOCK_M": tile[0], "BLOCK_W": tile[1], "WRITE_WY": wy is not None,
         "ALIGNED": _rows_aligned(src, dst, *(wy or ())),
         "ONE_REDUCTION": one_reduction,
-        "TOP_TILE": top_tile and m >= 2 * w,
-        "TWO_COLUMNS": two_columns and (one_reduction or (top_tile and m >= 2 * w)),
+        "TOP_TILE": top_tile,
+        "TWO_COLUMNS": two_columns and (one_reduction or top_tile),
         "INTERPRETED": INTERPRETED,
         "num_warps": _warps(tile, warps),
     }

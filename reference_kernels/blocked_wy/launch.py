@@ -45,7 +45,7 @@ def launchable_directly(*tensors: torch.Tensor) -> bool:
 
 
 # (kernel, device, caller's key) -> the compiled kernel's launcher for the grid, and its constexpr values.
-_COMPILED: dict[tuple[Any, Hashable], tuple[Callable[..., None], tuple[object, ...]]] = {}
+_COMPILED: dict[tuple[Any, int, Hashable], tuple[Callable[..., None], tuple[object, ...]]] = {}
 
 
 def launch(

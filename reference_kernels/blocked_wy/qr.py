@@ -24,7 +24,7 @@ import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import leaf_step, wy_update
-from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_update
+from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -136,14 +136,14 @@ def _apply_qt(
     if update == "tf32x3":
         wy_update(c, v, t, src)
         return
-    if update == "cublas-tf32x3":
-        split_tf32_update(c, v, t, src)
-        return
     if src is not None:
         c.copy_(src)
     w = torch.bmm(v.transpose(1, 2), c)
     w = torch.bmm(t.transpose(1, 2), w)
-    c.baddbmm_(v, w, alpha=-1.0)
+    if update == "cublas-tf32x3":
+        split_tf32_subtract(c, v, w)
+    else:
+        c.baddbmm_(v, w, alpha=-1.0)
 
 
 def _leaf_width(m: int, leaf: int) -> int:

@@ -10,7 +10,8 @@ where ``Xh`` is X rounded to TF32 (10 mantissa bits: exact on tensor cores) and 
 (exact in FP32, then rounded to TF32 by the hardware). Vh Wh is exact in FP32; the TF32 rounding
 of the low parts and the dropped Vl Wl are about 2^-21 of V W: FP32-level, as the 3xTF32 schemes of
 CUTLASS and Triton's ``tf32x3``. Accumulation is FP32 throughout. W itself (a small nb x ncols
-output) is formed by FP32 cuBLAS: splitting C too would cost two extra passes over memory.
+output) is formed by the caller with FP32 cuBLAS: splitting C too would cost two extra passes over
+memory.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import triton.language as tl
 from reference_kernels.blocked_wy.kernels import _base
 from reference_kernels.blocked_wy.launch import ceil_div
 
-__all__ = ["fp32_precision", "split_tf32", "split_tf32_update"]
+__all__ = ["fp32_precision", "split_tf32", "split_tf32_subtract"]
 
 
 @contextmanager
@@ -86,13 +87,9 @@ def split_tf32(x: torch.Tensor, dim: int, lo_slab: int) -> torch.Tensor:
     return out
 
 
-def split_tf32_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None) -> None:
-    """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c``): W by FP32 cuBLAS, the rank-nb
-    product by one split-TF32 cuBLAS product. Shapes as :func:`products.wy_update`."""
-    if src is not None:
-        c.copy_(src)
-    with fp32_precision("ieee"):
-        w = torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c))
+def split_tf32_subtract(c: torch.Tensor, v: torch.Tensor, w: torch.Tensor) -> None:
+    """``c <- c - V W`` by one split-TF32 cuBLAS product, ``[Vh Vh Vl] [Wh; Wl; Wh]``: V is b x m x nb,
+    W b x nb x ncols (formed by the caller, at FP32), c b x m x ncols."""
     pair_v = split_tf32(v, dim=2, lo_slab=2)  # [Vh Vh Vl]
     pair_w = split_tf32(w, dim=1, lo_slab=1)  # [Wh; Wl; Wh]
     with fp32_precision("tf32"):

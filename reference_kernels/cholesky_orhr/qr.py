@@ -34,6 +34,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from reference_kernels.blocked_wy import qr as blocked_wy_qr
+from reference_kernels.blocked_wy.launch import ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.qr import ieee_fp32, require_square_batch
 from reference_kernels.cholesky_orhr.cholqr import probe_matrix, tight_loss
 from reference_kernels.cholesky_orhr.graphs import Graphed
@@ -75,14 +76,14 @@ def _padded(rows: list[int], batch: int, device: torch.device, pad: bool) -> tor
     The padded matrices are copies of the first; the waste is under half the sub-batch."""
     size = len(rows)
     if pad:
-        size = min(batch, 1 << (size - 1).bit_length())
+        size = min(batch, pow2_at_least(size))
     return torch.tensor(rows + rows[:1] * (size - len(rows)), dtype=torch.long, device=device)
 
 
 def pass_width(widest: int, n: int, leaf: int) -> int:
     """Columns the passes run over: the widest Gram-route matrix, rounded up to a multiple of the
     leaf (a few widths per size, so a few graphs), at least one leaf and at most n."""
-    return min(n, max(leaf, -(-widest // leaf) * leaf))
+    return min(n, max(leaf, ceil_div(widest, leaf) * leaf))
 
 
 class _Passes:
@@ -204,20 +205,22 @@ def _general(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, l
     fallback = [i for i, s in enumerate(status) if s == Route.FALLBACK]
     if redo:
         second = passes.second(first, redo)
-        index = torch.tensor(redo, dtype=torch.long, device=a.device)
-        h.index_copy_(0, index, second.h[: len(redo)])
-        tau.index_copy_(0, index, second.tau[: len(redo)])
+        _put(h, tau, redo, second.h, second.tau)
         for i, ok in zip(redo, second.ok[: len(redo)].tolist(), strict=True):
             if not ok:
                 status[i] = Route.FALLBACK
                 fallback.append(i)
     if fallback:
         fallback.sort()
-        h_sub, tau_sub = runner.fallback(a, fallback)
-        index = torch.tensor(fallback, dtype=torch.long, device=a.device)
-        h.index_copy_(0, index, h_sub[: len(fallback)])
-        tau.index_copy_(0, index, tau_sub[: len(fallback)])
+        _put(h, tau, fallback, *runner.fallback(a, fallback))
     return h, tau, status
+
+
+def _put(h: torch.Tensor, tau: torch.Tensor, rows: list[int], h_sub: torch.Tensor, tau_sub: torch.Tensor) -> None:
+    """A padded sub-batch's results (its first len(rows) entries) into the matrices ``rows``."""
+    index = torch.tensor(rows, dtype=torch.long, device=h.device)
+    h.index_copy_(0, index, h_sub[: len(rows)])
+    tau.index_copy_(0, index, tau_sub[: len(rows)])
 
 
 def _factor(a: torch.Tensor, plan: Plan | None) -> tuple[torch.Tensor, torch.Tensor, list[int] | None]:
