@@ -32,11 +32,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from reference_kernels.blocked_wy import DEFAULT_PLANS, Plan, default_plan  # noqa: E402
+from reference_kernels.blocked_wy.products import UpdateTiles  # noqa: E402
 
 RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the contest's gate
-# Panel warps tried per size (round 4 found fewer warps faster everywhere but 1024 and 2048, where
-# the tile then spills; an entry equal to the current plan's is dropped as a duplicate).
-WARPS_TRIED = {32: (4,), 176: (2,), 352: (4,), 512: (2,), 1024: (8,)}
+# Panel warps tried per size (round 6: 2 at 32; more warps lost everywhere else, fewer spill at
+# 1024 and above). An entry equal to the current plan is dropped.
+WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
+# Other variants per size (round 6 at 512: the Triton split-TF32 update 8.20 ms against cuBLAS
+# FP32's 8.01, but with 32-column strips its updates took as long as cuBLAS's in
+# benchmarks/update_tiles.py; eager calls 7.94 ms, where everywhere else the host fell behind:
+# 60 x 1024 11.6 ms, 2 x 4096 109 ms). The first entry is also profiled.
+OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
+    512: {"tf32x3,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32)}, "eager": {"graph": False}},
+}
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
 
 
@@ -50,13 +58,14 @@ def candidates(n: int) -> dict[str, Plan]:
     new = default_plan(n)
     plans = {"new": new, "old": previous_default(n)}
     variants: dict[str, dict[str, object]] = {f"warps={w}": {"panel_warps": w} for w in WARPS_TRIED.get(n, ())}
-    variants["pairs"] = {"two_columns": True}
-    if new.panel_warps and new.panel_warps <= 8:  # pairs hold more per thread: spills at 128 floats
+    variants["single" if new.two_columns else "pairs"] = {"two_columns": not new.two_columns}
+    if not new.two_columns and new.panel_warps and new.panel_warps <= 8:  # pairs spill at 128 floats
         variants[f"pairs,warps={2 * new.panel_warps}"] = {"two_columns": True, "panel_warps": 2 * new.panel_warps}
     if n > new.whole_max:
-        variants["no-top"] = {"top_tile": not new.top_tile}
-        if n >= 4096:
-            variants |= {f"leaf=4,warps={w}": {"leaf": 4, "panel_warps": w} for w in (4, 8)}
+        variants["no-top" if new.top_tile else "top"] = {"top_tile": not new.top_tile}
+        if new.tiles != UpdateTiles():
+            variants["tiles=default"] = {"tiles": UpdateTiles()}
+        variants |= OTHERS_TRIED.get(n, {})
     for name, change in variants.items():
         plan = replace(new, **change)
         if plan not in plans.values():
@@ -156,7 +165,8 @@ def sweep(cases: list, args: argparse.Namespace, log: Callable[[str], None], beg
         torch.cuda.empty_cache()
     if not poisoned:
         for case in (c for c in cases if c.kind == "bench" and c.label in PROFILED):
-            for name in ("new", "no-top"):
+            other = next(iter(OTHERS_TRIED.get(case.n, {})), "top" if "top" in candidates(case.n) else "no-top")
+            for name in ("new", other):
                 if (case.n, name) in results and not results[(case.n, name)].failed:
                     log_breakdown(case, name, replace(candidates(case.n)[name], graph=False), log)
     log("\nblocked_wy compiled kernels:")

@@ -17,6 +17,8 @@ operand rows in registers, and these tiles spill kilobytes (ptxas, sm_90). The l
 runtime ``range`` bound (numpy >= 2.4); the loop body is shared.
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -24,12 +26,30 @@ import triton.language as tl
 from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 
-__all__ = ["leaf_step", "project_parts", "wy_update"]
+__all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_update"]
 
-# The projection's rows per step, and the fewest rows one of its programs sums when the rows are
-# split across programs (a batch too small to give every multiprocessor a few column strips).
-PROJECT_BM = 32
+# The fewest rows one program of the projection sums when the rows are split across programs (a
+# batch too small to give every multiprocessor a few column strips).
 MIN_PART_ROWS = 256
+
+
+@dataclass(frozen=True)
+class UpdateTiles:
+    """Tile shapes of ``wy_update``'s two launches (``benchmarks/update_tiles.py`` times them).
+
+    ``project_bm`` rows per step of the projection, ``block_n`` columns per strip (both launches),
+    ``subtract_bm`` rows per tile of the subtraction, ``warps`` per program (None: 4 up to nb = 64,
+    else 8), ``stages`` of the projection's software pipeline.
+    """
+
+    project_bm: int = 32
+    block_n: int = 64
+    subtract_bm: int = 64
+    warps: int | None = None
+    stages: int = 3
+
+
+DEFAULT_TILES = UpdateTiles()
 
 
 def project_parts(m: int, programs: int, multiprocessors: int) -> int:
@@ -85,6 +105,7 @@ def _project_kernel(
     SPLIT: tl.constexpr,
     ALIGNED: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix; with ``SPLIT``, the
     program sums ``part_rows`` rows only and stores its partial V^T C (T is applied by the subtract)."""
@@ -105,7 +126,7 @@ def _project_kernel(
             acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
             r0 += BM
     else:
-        for r0 in tl.range(first, end, BM, num_stages=3):
+        for r0 in tl.range(first, end, BM, num_stages=STAGES):
             acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
     out_ptrs = w + pid_b * w_mat_stride + pid_p * NB * ncols + ks[:, None] * ncols + cols[None, :]
     if SPLIT:
@@ -167,12 +188,18 @@ def _subtract_kernel(
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
-def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tensor | None = None) -> None:
+def wy_update(
+    c: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor,
+    src: torch.Tensor | None = None,
+    tiles: UpdateTiles = DEFAULT_TILES,
+) -> None:
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
 
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
     one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
-    program per BN-column strip and row part, streaming the rows; a small batch splits the rows
+    program per column strip and row part, streaming the rows; a small batch splits the rows
     into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
     """
     batch, m, ncols = c.shape
@@ -187,11 +214,10 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tens
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
     aligned = _rows_aligned(c, src, v)
-    warps = 4 if nb <= 64 else 8
-    block_n = 64
-    strips = ceil_div(ncols, block_n)
+    warps = tiles.warps or (4 if nb <= 64 else 8)
+    strips = ceil_div(ncols, tiles.block_n)
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
-    part_rows = ceil_div(part_rows, PROJECT_BM) * PROJECT_BM
+    part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
     parts = ceil_div(m, part_rows)
     work = c.new_empty(batch, parts, nb, ncols)
     t_args = (t_base, t_off, t.stride(0), t.stride(1))
@@ -201,17 +227,16 @@ def wy_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, src: torch.Tens
         *t_args,
         work, work.stride(0),
         m, ncols, part_rows,
-        NB=nb, BM=PROJECT_BM, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-        num_warps=warps,
+        NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
+        STAGES=tiles.stages, num_warps=warps,
     )  # fmt: skip
-    block_m = 64
-    _subtract_kernel[(ceil_div(m, block_m) * strips, batch)](
+    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
         work, work.stride(0), parts,
         m, ncols,
-        NB=nb, BM=block_m, BN=block_n, SPLIT=parts > 1, ALIGNED=aligned,
+        NB=nb, BM=tiles.subtract_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned,
         num_warps=warps,
     )  # fmt: skip
 

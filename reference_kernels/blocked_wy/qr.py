@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
-from reference_kernels.blocked_wy.products import leaf_step, wy_update
+from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_update
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 
 __all__ = [
@@ -63,6 +63,7 @@ class Plan:
       (one-reduction and top-tile steps); nearly collinear pairs are done one by one.
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
+    - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and the input copy is folded into the first update.
     """
@@ -76,6 +77,7 @@ class Plan:
     top_tile: bool = True
     two_columns: bool = False
     panel_warps: int | None = None
+    tiles: UpdateTiles = DEFAULT_TILES
     graph: bool = True
 
     def __post_init__(self) -> None:
@@ -93,6 +95,8 @@ class Plan:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
 
 
+ROWS_32 = UpdateTiles(subtract_bm=32)  # the update's subtraction in 32-row tiles
+
 # The plan for n <= each bound (first match). Predictions and the measurements behind them:
 # reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
@@ -101,12 +105,18 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # products beat the split-TF32 Triton ones (8.13 vs 9.40 ms). Round 4: the top-tile column step
     # (not at 176, 512 and 1024), panels of 128 columns with the cuBLAS split-TF32 update at 2048
     # (9.29 vs 9.67 ms), and fewer panel warps than 32 floats per thread gives (2 x 4096: 21.95 vs
-    # 23.42 ms at 8 warps; 40 x 352: 0.58 vs 0.78 ms at 4; 640 x 512: 7.99 vs 8.16 ms at 2).
-    (128, Plan(nb=32, leaf=32, panel_warps=4)),  # one program per matrix (whole_max)
-    (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, panel_warps=4)),
-    (511, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4)),
-    (1023, Plan(nb=64, leaf=16, top_tile=False, panel_warps=2)),
-    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, panel_warps=8)),
+    # 23.42 ms at 8 warps; 40 x 352: 0.58 vs 0.78 ms at 4; 640 x 512: 7.99 vs 8.16 ms at 2). Round 5:
+    # columns in pairs at 32, 1024 and 4096; no top tile at 352. Round 6: the top tile at 512 (7.93
+    # vs 8.01 ms); the update's tiles from benchmarks/update_tiles.py (GPU time of the size's updates:
+    # 60 x 1024 4.02 -> 3.81 ms at 2 warps, 40 x 352 0.181 -> 0.159 and 40 x 176 0.049 -> 0.044 with
+    # 32-row subtraction tiles). Round 7 (sweep with those tiles: 60 x 1024 5.79 vs 6.05 ms): pairs
+    # at 176 (0.197 vs 0.214), one panel warp at 32 (pairs: 0.021 vs 0.034 one by one).
+    (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=1)),  # one program per matrix (whole_max)
+    (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
+    (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, panel_warps=4, tiles=ROWS_32)),
+    (1023, Plan(nb=64, leaf=16, panel_warps=2)),
+    (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
+                tiles=UpdateTiles(warps=2))),
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
     (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", panel_warps=8)),  # leaves of 8 (MAX_TILE)
 )
@@ -130,11 +140,16 @@ def ieee_fp32() -> AbstractContextManager[None]:
 
 
 def _apply_qt(
-    c: torch.Tensor, v: torch.Tensor, t: torch.Tensor, update: Update, src: torch.Tensor | None = None
+    c: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor,
+    update: Update,
+    src: torch.Tensor | None = None,
+    tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
     """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
     if update == "tf32x3":
-        wy_update(c, v, t, src)
+        wy_update(c, v, t, src, tiles)
         return
     if src is not None:
         c.copy_(src)
@@ -189,11 +204,15 @@ def _factor_block(
 def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
-    With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``: the first
-    panel's columns are copied and the first trailing update reads the rest from ``src``, which
-    saves a pass over memory.
+    With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The Triton
+    update reads the first trailing block straight from ``src`` (only the first panel's columns are
+    copied), which saves a pass over memory; the library updates work in place, so for them ``src``
+    is copied whole first (one contiguous copy: a strided one of the trailing block is slower).
     """
     n = h.shape[-1]
+    if src is not None and plan.update != "tf32x3":
+        h.copy_(src)
+        src = None
     for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
@@ -201,7 +220,7 @@ def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.
         v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n)
         if j1 < n:
             first = src[:, j0:, j1:] if src is not None and j0 == 0 else None
-            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first)
+            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles)
 
 
 class _GraphedQR:
