@@ -20,7 +20,7 @@ from reference_kernels.blocked_wy.column_steps import (
     two_columns,
     two_columns_top,
 )
-from reference_kernels.blocked_wy.launch import INTERPRETED, launch, pow2_at_least
+from reference_kernels.blocked_wy.launch import INTERPRETED, Launch, launch, pow2_at_least
 
 __all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
 
@@ -146,9 +146,6 @@ def _rows_aligned(*views: torch.Tensor) -> bool:
     return True
 
 
-_Launch = tuple[tuple[int], tuple[object, ...], dict[str, object]]
-
-
 def _panel_launch(
     src: torch.Tensor,
     dst: torch.Tensor,
@@ -158,7 +155,7 @@ def _panel_launch(
     top_tile: bool,
     warps: int | None,
     two_columns: bool = False,
-) -> _Launch:
+) -> Launch:
     """The panel kernel's grid, arguments and keyword options for :func:`factor_panel`."""
     batch, m, w = dst.shape
     if src.shape != dst.shape or m < w or tau.shape != (batch, w):
@@ -228,6 +225,6 @@ def factor_matrices(
 ) -> None:
     """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous), the
     compiled kernel launched directly after a shape's first call (the small cases are host-bound)."""
-    grid, args, options = _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)
     key = (a.shape, one_reduction, warps, two_columns)
-    launch(_panel_kernel, grid, args, options, key=key, tensors=(a, h, tau))
+    make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)  # noqa: E731
+    launch(_panel_kernel, make, key=key, tensors=(a, h, tau))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["INTERPRETED", "ceil_div", "launch", "launchable_directly", "pow2_at_least"]
+__all__ = ["INTERPRETED", "Launch", "ceil_div", "launch", "launchable_directly", "pow2_at_least"]
 
 # Under TRITON_INTERPRET=1 kernels run in Python on the CPU: no compiled kernel to launch.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -32,47 +32,72 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def launchable_directly(*tensors: torch.Tensor) -> bool:
-    """Whether a kernel the JIT compiled for other tensors of the same shapes runs on these: the JIT
-    specialises pointers on 16-byte alignment, and the compiled kernel is loaded for one device."""
-    if INTERPRETED:
+    """Whether a kernel the JIT compiled for other tensors of the same shapes runs on these, handed
+    these tensors in their places: the JIT specialises pointers on 16-byte alignment, the compiled
+    kernel is loaded for one device, and a tensor with a storage offset would be passed as its base
+    and an offset (an argument that changes from call to call)."""
+    if INTERPRETED or not tensors:
         return False
+    device = torch.cuda.current_device() if tensors[0].is_cuda else -1
     for x in tensors:
-        if not (x.is_cuda and x.is_contiguous() and x.data_ptr() % 16 == 0):
+        if not (x.is_cuda and x.is_contiguous() and x.storage_offset() == 0 and x.data_ptr() % 16 == 0):
             return False
-        if x.get_device() != torch.cuda.current_device():
+        if x.get_device() != device:
             return False
-    return bool(tensors)
+    return True
 
 
-# (kernel, device, caller's key) -> the compiled kernel's launcher for the grid, and its constexpr values.
-_COMPILED: dict[tuple[Any, int, Hashable], tuple[Callable[..., None], tuple[object, ...]]] = {}
+Launch = tuple[tuple[int, ...], tuple[object, ...], dict[str, object]]
+
+
+class _Direct(NamedTuple):
+    """A compiled kernel ready to launch: its launcher for the grid, the first call's arguments
+    (tensors left out), the (position, index into ``tensors``) of each tensor argument, and the
+    constexpr values."""
+
+    run: Callable[..., None]
+    args: tuple[object, ...]
+    places: tuple[tuple[int, int], ...]
+    constexprs: tuple[object, ...]
+
+
+# (kernel, device, caller's key) -> the compiled kernel and what its launches need.
+_COMPILED: dict[tuple[Any, int, Hashable], _Direct] = {}
 
 
 def launch(
     kernel: Any,
-    grid: tuple[int, ...],
-    args: Sequence[object],
-    options: dict[str, object],
+    make: Callable[[], Launch],
     key: Hashable = None,
     tensors: Sequence[torch.Tensor] = (),
 ) -> None:
-    """``kernel[grid](*args, **options)``, launched directly where the caller allows it.
+    """``kernel[grid](*args, **options)`` with ``(grid, args, options) = make()``, launched directly
+    where the caller allows it.
 
-    ``key`` is the caller's promise that every call with it specialises alike (same grid, shapes,
-    dtypes and integer arguments; ``options`` fixed), and ``tensors`` are the call's tensor
-    arguments: when they are :func:`launchable_directly`, the first call with the key goes through
-    the JIT and keeps the compiled kernel, and later calls hand it every parameter of the signature
-    in order, constexprs included, as the JIT's own launch does. Otherwise every call takes the JIT.
+    ``key`` is the caller's promise that every call with it launches alike but for the tensors:
+    same grid, options and non-tensor arguments, and ``tensors`` (every tensor argument) in the
+    same places. When the tensors are :func:`launchable_directly`, the first call with the key goes
+    through the JIT and keeps the compiled kernel and its arguments; later calls skip ``make`` and
+    hand the compiled kernel the kept arguments with this call's tensors in their places, and the
+    constexprs, as the JIT's own launch does. Otherwise every call takes the JIT.
     """
     if key is None or not launchable_directly(*tensors):
+        grid, args, options = make()
         kernel[grid](*args, **options)
         return
     slot = (kernel, tensors[0].get_device(), key)  # a compiled kernel is loaded for one device
-    entry = _COMPILED.get(slot)
-    if entry is None:
+    direct = _COMPILED.get(slot)
+    if direct is None:
+        grid, args, options = make()
         compiled = kernel[grid](*args, **options)
-        constexprs = tuple(options[name] for name in kernel.arg_names[len(args):])
-        _COMPILED[slot] = (compiled[(*grid, 1, 1)[:3]], constexprs)
+        places = tuple((i, j) for i, arg in enumerate(args) for j, x in enumerate(tensors) if arg is x)
+        if sum(isinstance(arg, torch.Tensor) for arg in args) != len(places):
+            raise ValueError(f"{kernel.__name__}: every tensor argument must be one of the tensors given")
+        constexprs = tuple(options[name] for name in kernel.arg_names[len(args) :])
+        kept = tuple(None if isinstance(arg, torch.Tensor) else arg for arg in args)  # holds no tensor
+        _COMPILED[slot] = _Direct(compiled[(*grid, 1, 1)[:3]], kept, places, constexprs)
         return
-    run, constexprs = entry
-    run(*args, *constexprs)
+    args = list(direct.args)
+    for i, j in direct.places:
+        args[i] = tensors[j]
+    direct.run(*args, *direct.constexprs)

@@ -324,8 +324,8 @@ def whole_qr(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, tight: float) 
     options = {"BLOCK": tile, "num_warps": _warps(tile)}
     # Host-bound (20 x 32: one launch and a synchronisation): after a shape's first call the
     # compiled kernel is launched directly. ``tight`` depends on n only, so the key holds.
-    args = (a, h, tau, done, n, tight)
-    launch(_whole_kernel, (batch,), args, options, key=(a.shape, tight), tensors=(a, h, tau, done))
+    make = lambda: ((batch,), (a, h, tau, done, n, tight), options)  # noqa: E731
+    launch(_whole_kernel, make, key=(a.shape, tight), tensors=(a, h, tau, done))
     return done
 
 
