@@ -32,7 +32,7 @@ import reference_kernels.blocked_wy.products as products  # noqa: E402
 import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
-from reference_kernels.blocked_wy import qr  # noqa: E402
+from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
 from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -93,6 +93,22 @@ def test_projection_split_over_rows(case: str, monkeypatch: pytest.MonkeyPatch) 
     assert products.project_parts(40, 2, 4) == 4
     plan = {"nb": 16, "leaf": 16, "update": "tf32x3"}
     _factor_and_check(generate_input(1, 48, 2, 3100, case).to(DEVICE), whole_max=0, **plan)
+
+
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        products.UpdateTiles(subtract_bm=32),
+        products.UpdateTiles(project_bm=16, block_n=32),
+        products.UpdateTiles(block_n=128, subtract_bm=128, stages=2, warps=2),
+    ],
+    ids=["rows-32", "narrow", "wide"],
+)
+def test_update_tiles(tiles: products.UpdateTiles) -> None:
+    """The split-TF32 update in other tile shapes: strips and row tiles that do not divide the
+    ragged trailing blocks (n = 45), and wider than them."""
+    plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles)
+    _factor_and_check(generate_input(2, 45, 2, 3200, "rowscale").to(DEVICE), plan=plan)
 
 
 def test_projection_parts() -> None:
