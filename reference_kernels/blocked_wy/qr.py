@@ -110,7 +110,8 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # vs 8.01 ms); the update's tiles from benchmarks/update_tiles.py (GPU time of the size's updates:
     # 60 x 1024 4.02 -> 3.81 ms at 2 warps, 40 x 352 0.181 -> 0.159 and 40 x 176 0.049 -> 0.044 with
     # 32-row subtraction tiles). Round 7 (sweep with those tiles: 60 x 1024 5.79 vs 6.05 ms): pairs
-    # at 176 (0.197 vs 0.214), one panel warp at 32 (pairs: 0.021 vs 0.034 one by one).
+    # at 176 (0.197 vs 0.214), one panel warp at 32 (pairs: 0.021 vs 0.034 one by one), one column at
+    # a time again at 352 and 4096 (ties).
     (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=1)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
     (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, panel_warps=4, tiles=ROWS_32)),
