@@ -12,8 +12,8 @@ EXPORT_MODULES = (
     "reference_kernels.blocked_wy.launch",
     "reference_kernels.blocked_wy.column_steps",
     "reference_kernels.blocked_wy.kernels",
-    "reference_kernels.blocked_wy.products",
     "reference_kernels.blocked_wy.split_tf32",
+    "reference_kernels.blocked_wy.products",
     "reference_kernels.blocked_wy.qr",
 )
 
