@@ -28,8 +28,8 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reference_kernels.blocked_wy import default_plan
-from reference_kernels.blocked_wy.products import UpdateTiles, wy_update
-from reference_kernels.blocked_wy.qr import ieee_fp32
+from reference_kernels.blocked_wy.products import UpdateTiles
+from reference_kernels.blocked_wy.qr import _apply_qt, ieee_fp32
 
 # Batch per size, as the qr_v2 benchmarks have them.
 BATCHES = {176: 40, 352: 40, 512: 640, 1024: 60, 2048: 8, 4096: 2}
@@ -51,12 +51,6 @@ VARIANTS = {
     "presplit,warps=2": UpdateTiles(presplit=True, warps=2),
 }
 TOLERANCE = 1e-5  # relative to the largest entry of the result
-
-
-def cublas_update(c: torch.Tensor, v: torch.Tensor, t: torch.Tensor) -> None:
-    """The ``torch`` update: three cuBLAS FP32 products, in place."""
-    w = torch.bmm(t.transpose(1, 2), torch.bmm(v.transpose(1, 2), c))
-    c.baddbmm_(v, w, alpha=-1.0)
 
 
 def updates(n: int, nb: int) -> list[tuple[int, int]]:
@@ -91,8 +85,11 @@ def time_size(n: int, every: int, log: Callable[[str], None]) -> dict[str, tuple
     shapes = updates(n, nb)
     sampled = shapes[::every] if len(shapes) > 2 * every else shapes
     scale = len(shapes) / len(sampled)
-    runs: dict[str, Callable[..., None]] = {"cublas-fp32": cublas_update}
-    runs |= {name: lambda c, v, t, tiles=tiles: wy_update(c, v, t, tiles=tiles) for name, tiles in VARIANTS.items()}
+    # qr's own update step: cuBLAS FP32 (the ``torch`` update), then the Triton one per tile variant.
+    runs: dict[str, Callable[..., None]] = {"cublas-fp32": lambda c, v, t: _apply_qt(c, v, t, "torch")}
+    runs |= {
+        name: lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "tf32x3", tiles=tiles) for name, tiles in VARIANTS.items()
+    }
     out: dict[str, tuple[float, float]] = {}
     for name, update in runs.items():
         try:

@@ -267,6 +267,17 @@ def test_rejects_what_it_cannot_factor() -> None:
         qr(torch.zeros(4, 5, device=DEVICE))
 
 
+def test_library_updates_take_no_separate_source() -> None:
+    """Only the Triton update reads a source apart from c (qr copies the input whole first for the
+    library updates): a source handed to a library update is refused, not ignored."""
+    from reference_kernels.blocked_wy.qr import _apply_qt
+
+    c, v, t = torch.zeros(1, 8, 4), torch.zeros(1, 8, 4), torch.zeros(1, 4, 4)
+    for update in ("torch", "cublas-tf32x3"):
+        with pytest.raises(ValueError, match="in place"):
+            _apply_qt(c, v, t, update, src=torch.ones(1, 8, 4))
+
+
 # ---- the real compiler, without a GPU -------------------------------------------------------------
 
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"

@@ -140,15 +140,16 @@ def _project_kernel(
     out_ptrs = w + pid_b * w_mat_stride + pid_p * NB * ncols + ks[:, None] * ncols + cols[None, :]
     if SPLIT:
         tl.store(out_ptrs, acc, mask=col_ok)
-    elif PRESPLIT:
-        neg = -_t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
-        hi = tf32_hi(neg)
-        split_ptrs = w + pid_b * w_mat_stride + cols[None, :] * (3 * NB) + ks[:, None]
-        tl.store(split_ptrs, hi, mask=col_ok)
-        tl.store(split_ptrs + NB, neg - hi, mask=col_ok)
-        tl.store(split_ptrs + 2 * NB, hi, mask=col_ok)
     else:
-        tl.store(out_ptrs, _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc), mask=col_ok)
+        strip = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
+        if PRESPLIT:
+            hi = tf32_hi(-strip)
+            split_ptrs = w + pid_b * w_mat_stride + cols[None, :] * (3 * NB) + ks[:, None]
+            tl.store(split_ptrs, hi, mask=col_ok)
+            tl.store(split_ptrs + NB, -strip - hi, mask=col_ok)
+            tl.store(split_ptrs + 2 * NB, hi, mask=col_ok)
+        else:
+            tl.store(out_ptrs, strip, mask=col_ok)
 
 
 @triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
@@ -293,9 +294,10 @@ def wy_update(
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
         STAGES=tiles.stages, PRESPLIT=presplit, num_warps=warps,
     )  # fmt: skip
+    grid = (ceil_div(m, tiles.subtract_bm) * strips, batch)
     if presplit:
         vs = split_tf32(v, dim=2, lo_slab=2)  # [Vh Vh Vl]
-        _subtract_split_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
+        _subtract_split_kernel[grid](
             src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
             vs, vs.stride(0), work, work.stride(0),
             m, ncols,
@@ -303,7 +305,7 @@ def wy_update(
             STAGES=tiles.stages, num_warps=warps,
         )  # fmt: skip
         return
-    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
+    _subtract_kernel[grid](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,

@@ -65,7 +65,8 @@ class Plan:
       floats of the tile per thread, at most 16 warps.
     - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
-      it the launches are issued eagerly and the input copy is folded into the first update.
+      it the launches are issued eagerly and, with the Triton update, the input copy is folded into
+      the first update.
     """
 
     nb: int
@@ -148,12 +149,15 @@ def _apply_qt(
     src: torch.Tensor | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
-    """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1."""
+    """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1.
+
+    Only the Triton update (``tf32x3``) reads ``src``; the library updates take s in c.
+    """
     if update == "tf32x3":
         wy_update(c, v, t, src, tiles)
         return
     if src is not None:
-        c.copy_(src)
+        raise ValueError(f"the {update!r} update works in place: put the source in c")
     w = torch.bmm(v.transpose(1, 2), c)
     w = torch.bmm(t.transpose(1, 2), w)
     if update == "cublas-tf32x3":
