@@ -4,12 +4,10 @@ One GPU run. For each matrix size, the factorisation's trailing updates (for eve
 n - j0 rows, n - j0 - nb columns, nb from the size's default plan, the benchmark's batch) are
 timed one by one with ``triton.testing.do_bench_cudagraph`` (replayed from a CUDA graph, as ``qr``
 runs them: GPU time without the host's launch work, which ``do_bench`` would count) and summed,
-for every tile variant of ``VARIANTS`` (row-major C, as the default plans have it) and of
-``COLUMN_VARIANTS`` (the column-major working layout, ``Plan.columns``), and for cuBLAS FP32 (the
-``torch`` update) as the yardstick. Sizes with many panels time every ``--every``-th update and
-scale the sum. Each variant's result on the largest update is compared with a float64 product: a
-variant more than ``TOLERANCE`` off is marked (split TF32 should match FP32 to a few ulps of the
-result's scale).
+for every tile variant of ``VARIANTS`` and for cuBLAS FP32 (the ``torch`` update) as the yardstick.
+Sizes with many panels time every ``--every``-th update and scale the sum. Each variant's result on
+the largest update is compared with a float64 product: a variant more than ``TOLERANCE`` off is
+marked (split TF32 should match FP32 to a few ulps of the result's scale).
 
     python benchmarks/update_tiles.py [--sizes 512,1024] [--every 4] [--json out.json]
 
@@ -35,21 +33,22 @@ from reference_kernels.blocked_wy.qr import _apply_qt, ieee_fp32
 
 # Batch per size, as the qr_v2 benchmarks have them.
 BATCHES = {176: 40, 352: 40, 512: 640, 1024: 60, 2048: 8, 4096: 2}
-# Row-major variants (rounds 6-8: the others lost everywhere), then the column-major layout's.
 VARIANTS = {
     "default": UpdateTiles(),
     "warps=2": UpdateTiles(warps=2),
+    "warps=8": UpdateTiles(warps=8),
+    "pbm=16": UpdateTiles(project_bm=16),
+    "pbm=64": UpdateTiles(project_bm=64),
     "bn=32": UpdateTiles(block_n=32),
+    "bn=128": UpdateTiles(block_n=128),
     "sbm=32": UpdateTiles(subtract_bm=32),
+    "sbm=128": UpdateTiles(subtract_bm=128),
+    "stages=2": UpdateTiles(stages=2),
+    "stages=4": UpdateTiles(stages=4),
     "presplit": UpdateTiles(presplit=True),
-}
-COLUMN_VARIANTS = {
-    "columns": UpdateTiles(),
-    "columns,presplit": UpdateTiles(presplit=True),
-    "columns,presplit,warps=2": UpdateTiles(presplit=True, warps=2),
-    "columns,presplit,sbm=128": UpdateTiles(presplit=True, subtract_bm=128),
-    "columns,presplit,bn=128": UpdateTiles(presplit=True, block_n=128),
-    "columns,presplit,pbm=64": UpdateTiles(presplit=True, project_bm=64),
+    "presplit,sbm=128": UpdateTiles(presplit=True, subtract_bm=128),
+    "presplit,w8,sbm=128": UpdateTiles(presplit=True, subtract_bm=128, warps=8),
+    "presplit,warps=2": UpdateTiles(presplit=True, warps=2),
 }
 TOLERANCE = 1e-5  # relative to the largest entry of the result
 
@@ -59,26 +58,19 @@ def updates(n: int, nb: int) -> list[tuple[int, int]]:
     return [(n - j0, n - j0 - nb) for j0 in range(0, n - nb, nb)]
 
 
-def operands(batch: int, n: int, m: int, ncols: int, nb: int, columns: bool) -> tuple[torch.Tensor, ...]:
-    """C as the factorisation has it (a view of a batch of n x n matrices, column-major with
-    ``columns``), V (in C's layout) and T small enough that repeated in-place updates leave C's
-    scale unchanged."""
+def operands(batch: int, n: int, m: int, ncols: int, nb: int) -> tuple[torch.Tensor, ...]:
+    """C as the factorisation has it (a view of a batch of n x n matrices), V and T small enough
+    that repeated in-place updates leave C's scale unchanged."""
     h = torch.randn(batch, n, n, device="cuda")
-    h = h.transpose(1, 2) if columns else h
     c = h[:, n - m :, n - ncols :]
-    shape = (batch, nb, m) if columns else (batch, m, nb)
-    v = torch.randn(shape, device="cuda")
-    v = v.transpose(1, 2) if columns else v
-    v *= 1e-3
+    v = torch.randn(batch, m, nb, device="cuda") * 1e-3
     t = torch.triu(torch.randn(batch, nb, nb, device="cuda"))
     return c, v, t
 
 
-def relative_error(
-    update: Callable[..., None], batch: int, n: int, m: int, ncols: int, nb: int, columns: bool
-) -> float:
+def relative_error(update: Callable[..., None], batch: int, n: int, m: int, ncols: int, nb: int) -> float:
     """Max error of one update against float64, relative to the result's largest entry."""
-    c, v, t = operands(batch, n, m, ncols, nb, columns)
+    c, v, t = operands(batch, n, m, ncols, nb)
     v *= 1e3  # full-scale reflectors for the accuracy check
     exact = c.double() - v.double() @ (t.double().transpose(1, 2) @ (v.double().transpose(1, 2) @ c.double()))
     update(c, v, t)
@@ -94,22 +86,18 @@ def time_size(n: int, every: int, log: Callable[[str], None]) -> dict[str, tuple
     sampled = shapes[::every] if len(shapes) > 2 * every else shapes
     scale = len(shapes) / len(sampled)
     # qr's own update step: cuBLAS FP32 (the ``torch`` update), then the Triton one per tile variant.
-    runs: dict[str, tuple[Callable[..., None], bool]] = {
-        "cublas-fp32": (lambda c, v, t: _apply_qt(c, v, t, "torch"), False)
+    runs: dict[str, Callable[..., None]] = {"cublas-fp32": lambda c, v, t: _apply_qt(c, v, t, "torch")}
+    runs |= {
+        name: lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "tf32x3", tiles=tiles) for name, tiles in VARIANTS.items()
     }
-    for variants, columns in ((VARIANTS, False), (COLUMN_VARIANTS, True)):
-        runs |= {
-            name: (lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "tf32x3", tiles=tiles), columns)
-            for name, tiles in variants.items()
-        }
     out: dict[str, tuple[float, float]] = {}
-    for name, (update, columns) in runs.items():
+    for name, update in runs.items():
         try:
             with ieee_fp32():
-                error = relative_error(update, batch, n, *shapes[0], nb, columns)
+                error = relative_error(update, batch, n, *shapes[0], nb)
                 total = 0.0
                 for m, ncols in sampled:
-                    c, v, t = operands(batch, n, m, ncols, nb, columns)
+                    c, v, t = operands(batch, n, m, ncols, nb)
                     call = lambda c=c, v=v, t=t, f=update: f(c, v, t)  # noqa: E731
                     total += do_bench_cudagraph(call, rep=20, return_mode="median")
         except Exception as error:  # noqa: BLE001 (a tile that does not compile: report, go on)
@@ -135,7 +123,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()} | torch {torch.__version__}", flush=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {n: time_size(n, args.every, lambda line: print(line, flush=True)) for n in sizes}
-    names = ["cublas-fp32", *VARIANTS, *COLUMN_VARIANTS]
+    names = ["cublas-fp32", *VARIANTS]
     rows = [[name, *(f"{results[n][name][0]:.3f}" if name in results[n] else "-" for n in sizes)] for name in names]
     print(tabulate(rows, headers=["variant", *(f"{BATCHES[n]}x{n} ms" for n in sizes)]))
     if args.json:

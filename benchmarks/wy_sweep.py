@@ -43,15 +43,12 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # FP32's 8.01, but with 32-column strips its updates took as long as cuBLAS's in
 # benchmarks/update_tiles.py; eager calls 7.94 ms once and 12.0 the next time, where everywhere else
 # the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). The first entry is also profiled.
-COLUMNS = UpdateTiles(presplit=True)  # the column-major layout's update: K-major projection, presplit subtraction
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
-        "columns": {"update": "tf32x3", "columns": True, "tiles": COLUMNS},
-        "columns,rows=128": {"update": "tf32x3", "columns": True, "tiles": replace(COLUMNS, subtract_bm=128)},
-        "columns,bn=128": {"update": "tf32x3", "columns": True, "tiles": replace(COLUMNS, block_n=128)},
+        "tf32x3,presplit": {"update": "tf32x3", "tiles": UpdateTiles(presplit=True)},
+        "tf32x3,presplit,rows=128": {"update": "tf32x3", "tiles": UpdateTiles(presplit=True, subtract_bm=128)},
         "tf32x3,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32)},
     },
-    1024: {"columns,warps=4": {"columns": True, "tiles": COLUMNS}},
 }
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
 
@@ -73,10 +70,8 @@ def candidates(n: int) -> dict[str, Plan]:
         variants["no-top" if new.top_tile else "top"] = {"top_tile": not new.top_tile}
         if new.tiles != UpdateTiles():
             variants["tiles=default"] = {"tiles": UpdateTiles()}
-        if new.update == "tf32x3" and not new.tiles.presplit:
+        if new.update == "tf32x3" and not new.tiles.presplit:  # untimed yet (session 5)
             variants["presplit"] = {"tiles": replace(new.tiles, presplit=True)}
-        if new.update == "tf32x3" and not new.columns:  # untimed yet (session 6)
-            variants["columns"] = {"columns": True, "tiles": replace(new.tiles, presplit=True)}
         variants |= OTHERS_TRIED.get(n, {})
     for name, change in variants.items():
         plan = replace(new, **change)

@@ -33,7 +33,6 @@ import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
-from reference_kernels.blocked_wy.transpose import transpose_into, transposed  # noqa: E402
 from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -69,18 +68,11 @@ BLOCKED_PLANS = [
     (48, {"nb": 16}),
     (37, {"nb": 16, "leaf": 4, "inner": "triton", "update": "tf32x3"}),
     (45, {"nb": 16, "leaf": 8, "update": "cublas-tf32x3"}),
-    # The column-major working layout: every kernel on transposed storage, the presplit
-    # subtraction done transposed; and cuBLAS products on column-major views.
-    (37, {"nb": 16, "leaf": 4, "inner": "triton", "update": "tf32x3", "columns": True,
-          "tiles": products.UpdateTiles(presplit=True)}),
-    (48, {"nb": 16, "leaf": 8, "columns": True}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-@pytest.mark.parametrize(
-    ("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3", "columns", "columns-cublas"]
-)
+@pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3"])
 def test_blocked_path(case: str, n: int, plan: dict[str, object]) -> None:
     _factor_and_check(generate_input(2, n, 2, 2000 + n, case).to(DEVICE), whole_max=0, **plan)
 
@@ -114,43 +106,12 @@ def test_projection_split_over_rows(case: str, monkeypatch: pytest.MonkeyPatch) 
     ],
     ids=["rows-32", "narrow", "wide", "presplit", "presplit-narrow"],
 )
-@pytest.mark.parametrize("columns", [False, True], ids=["row-major", "column-major"])
-def test_update_tiles(tiles: products.UpdateTiles, columns: bool) -> None:
+def test_update_tiles(tiles: products.UpdateTiles) -> None:
     """The split-TF32 update in other tile shapes: strips and row tiles that do not divide the
     ragged trailing blocks (n = 45), and wider than them; the subtraction as one TF32 product of
-    operands split beforehand (on a GPU this checks its accuracy on rowscale inputs too); each in
-    both working layouts."""
-    plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles, columns=columns)
+    operands split beforehand (on a GPU this checks its accuracy on rowscale inputs too)."""
+    plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles)
     _factor_and_check(generate_input(2, 45, 2, 3200, "rowscale").to(DEVICE), plan=plan)
-
-
-@pytest.mark.parametrize("plan", [{"update": "tf32x3", "inner": "triton"}, {}], ids=["triton", "cublas"])
-def test_column_major_layout_computes_what_the_row_major_one_does(plan: dict[str, object]) -> None:
-    """The same factorisation in either working layout, the kernels reading and writing through the
-    strides they are given: equal up to the products' rounding (well-conditioned input)."""
-    a = generate_input(2, 40, 2, 3300, "dense").to(DEVICE)
-    plan = {"nb": 16, "leaf": 8, "whole_max": 0, **plan}
-    rows = qr(a, **plan)
-    cols = _factor_and_check(a, columns=True, **plan)
-    for got, want in zip(cols, rows, strict=True):
-        assert got.is_contiguous()
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
-
-
-def test_transposed_copies() -> None:
-    """The layout's way in and out: ragged tiles, a batch, an empty batch; a wrong target is refused."""
-    x = torch.randn(3, 70, 45, device=DEVICE)
-    assert torch.equal(transposed(x), x.transpose(1, 2))
-    assert transposed(x[:0]).shape == (0, 45, 70)
-    with pytest.raises(ValueError, match="cannot transpose"):
-        transpose_into(x, torch.empty(3, 70, 45, device=DEVICE))
-
-
-def test_split_tf32_reads_column_major_operands() -> None:
-    """V in the column-major layout is split as it is: the same slabs as from a row-major copy."""
-    v = torch.randn(2, 45, 16, device=DEVICE)
-    v_columns = v.transpose(1, 2).contiguous().transpose(1, 2)
-    assert torch.equal(split_tf32.split_tf32(v_columns, 2, 2), split_tf32.split_tf32(v, 2, 2))
 
 
 def test_projection_parts() -> None:
@@ -347,8 +308,6 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
         ((640, 512), replace(default_plan(512), update="tf32x3", tiles=UpdateTiles(presplit=True))),  # split operands
-        ((640, 512), replace(default_plan(512), update="tf32x3", columns=True, tiles=UpdateTiles(presplit=True))),
-        ((1, 1024), replace(default_plan(1024), columns=True)),  # column-major leaves and row parts
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)
@@ -365,15 +324,10 @@ def test_qr_v2_benchmark_shapes(case: Case) -> None:
     _factor_and_check(generate_input(**case.generator_args()))
 
 
-COLUMNS_512 = {"update": "tf32x3", "columns": True, "tiles": products.UpdateTiles(presplit=True)}
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["band", "rowscale", "nearcollinear", "upper"])
-@pytest.mark.parametrize("plan", [{}, COLUMNS_512], ids=["default", "columns"])
-def test_hard_cases_at_512(case: str, plan: dict[str, object]) -> None:
-    """The hardest inputs for split TF32, in the default plan and the column-major layout's."""
-    _factor_and_check(generate_input(16, 512, 0, 32527, case), **plan)
+def test_hard_cases_at_512(case: str) -> None:
+    _factor_and_check(generate_input(16, 512, 0, 32527, case))
 
 
 @pytest.mark.gpu
@@ -388,11 +342,10 @@ def test_graph_replay_gives_fresh_results_per_input() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", [{}, COLUMNS_512], ids=["default", "columns"])
-def test_graphed_call_matches_eager(plan: dict[str, object]) -> None:
+def test_graphed_call_matches_eager() -> None:
     """The replayed graph computes what the eager launches do."""
     a = generate_input(8, 512, 2, 5, "mixed")
-    for graphed, eager in zip(qr(a, **plan), qr(a, graph=False, **plan), strict=True):
+    for graphed, eager in zip(qr(a), qr(a, graph=False), strict=True):
         torch.testing.assert_close(graphed, eager, rtol=0, atol=1e-5)
 
 

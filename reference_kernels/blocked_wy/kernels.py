@@ -22,7 +22,7 @@ from reference_kernels.blocked_wy.column_steps import (
 )
 from reference_kernels.blocked_wy.launch import INTERPRETED, Launch, launch, pow2_at_least
 
-__all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile", "unit_stride_dim"]
+__all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
 
 # Largest tile one program holds: 32768 floats is 64 per thread at 16 warps.
 MAX_TILE = 32768
@@ -58,9 +58,9 @@ def matrix_start(base, off, pid, mat_stride, ALIGNED: tl.constexpr):
 # variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
 @triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m"])
 def _panel_kernel(
-    src, src_off, dst, dst_off, mat_stride, row_stride, col_stride,
+    src, src_off, dst, dst_off, mat_stride, row_stride,
     tau, tau_off, tau_stride,
-    v, v_off, v_mat_stride, v_row_stride, v_col_stride,
+    v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride,
     m,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
@@ -75,9 +75,7 @@ def _panel_kernel(
     r2 = rows[:, None]
     c2 = cols[None, :]
     inside = (r2 < m) & (c2 < W)
-    # int32: a 64-bit pointer per element would double the live registers. One of the two strides
-    # is 1 (Triton specialises it away): rows (row-major views) or columns (column-major) contiguous.
-    tile = r2 * row_stride + c2 * col_stride
+    tile = r2 * row_stride + c2  # int32: a 64-bit pointer per element would double the live registers
     x = tl.load(src_mat + tile, mask=inside, other=0.0)
     taus = tl.zeros([BLOCK_W], dtype=tl.float32)
     tri = tl.zeros([BLOCK_W, BLOCK_W], dtype=tl.float32)
@@ -88,7 +86,7 @@ def _panel_kernel(
         # ``scales`` once at the end: no write-back per column either. Its rows < W go stale
         # (only rows > k are read at step k) and are stored from the small tile.
         t2 = cols[:, None]
-        top = tl.load(src_mat + t2 * row_stride + c2 * col_stride, mask=(t2 < W) & (c2 < W), other=0.0)
+        top = tl.load(src_mat + t2 * row_stride + c2, mask=(t2 < W) & (c2 < W), other=0.0)
         scales = tl.full([BLOCK_W], 1.0, tl.float32)
 
     if TWO_COLUMNS and TOP_TILE:
@@ -116,15 +114,15 @@ def _panel_kernel(
         x = x * scales[None, :]
         inside = inside & (r2 >= W)
         top_inside = (t2 < W) & (c2 < W)
-        tl.store(dst_mat + t2 * row_stride + c2 * col_stride, top, mask=top_inside)
+        tl.store(dst_mat + t2 * row_stride + c2, top, mask=top_inside)
         if WRITE_WY:
             basis = tl.where(t2 > c2, top, tl.where(t2 == c2, 1.0, 0.0))
-            tl.store(v_mat + t2 * v_row_stride + c2 * v_col_stride, basis, mask=top_inside)
+            tl.store(v_mat + t2 * v_row_stride + c2, basis, mask=top_inside)
     tl.store(dst_mat + tile, x, mask=inside)
     tl.store(tau + tau_off + pid * tau_stride + cols, taus, mask=cols < W)
     if WRITE_WY:
         basis = tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
-        tl.store(v_mat + r2 * v_row_stride + c2 * v_col_stride, basis, mask=inside)
+        tl.store(v_mat + r2 * v_row_stride + c2, basis, mask=inside)
         t_rows = cols[:, None]
         t_mask = (t_rows < W) & (c2 < W)
         tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
@@ -138,21 +136,14 @@ def _base(view: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def _rows_aligned(*views: torch.Tensor) -> bool:
-    """Whether every contiguous run of every view (a row of a row-major view, a column of a
-    column-major one) starts on a 16-byte boundary (float4 loads and stores)."""
+    """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores)."""
     for view in views:  # plain loops: half the host time of nested generators, per launch
         if _base(view)[0].data_ptr() % 16 or view.storage_offset() % 4:
             return False
-        for stride in view.stride():
-            if stride != 1 and stride % 4:
+        for stride in view.stride()[:-1]:
+            if stride % 4:
                 return False
     return True
-
-
-def unit_stride_dim(view: torch.Tensor) -> int:
-    """1 for a column-major b x r x c view (unit stride along its rows), else 2; the kernels take
-    views with unit stride along one of their two matrix dimensions."""
-    return 1 if view.stride(2) != 1 and view.stride(1) == 1 else 2
 
 
 def _panel_launch(
@@ -171,19 +162,17 @@ def _panel_launch(
         raise ValueError(f"bad panel shapes: src {tuple(src.shape)}, dst {tuple(dst.shape)}, tau {tuple(tau.shape)}")
     if src.stride() != dst.stride():
         raise ValueError("src and dst must share one layout")
-    if 1 not in dst.stride()[1:] or (wy is not None and (1 not in wy[0].stride()[1:] or wy[1].stride(2) != 1)):
-        raise ValueError("panels and V need unit stride along their rows or their columns, T along its rows")
     tile = panel_tile(m, w)
     top_tile = top_tile and m >= 2 * w  # the top tile needs a panel at least twice as tall as wide
     tau_base, tau_off = _base(tau)
     if wy is None:
-        v_args, t_args = (tau_base, 0, 0, 0, 1), (tau_base, 0, 0, 0)
+        v_args = t_args = (tau_base, 0, 0, 0)
     else:
         v, t = wy
-        v_args = (*_base(v), v.stride(0), v.stride(1), v.stride(2))
+        v_args = (*_base(v), v.stride(0), v.stride(1))
         t_args = (*_base(t), t.stride(0), t.stride(1))
     args = (
-        *_base(src), *_base(dst), dst.stride(0), dst.stride(1), dst.stride(2),
+        *_base(src), *_base(dst), dst.stride(0), dst.stride(1),
         tau_base, tau_off, tau.stride(0),
         *v_args,
         *t_args,
@@ -215,13 +204,12 @@ def factor_panel(
 
     ``tau`` (b x w) receives the reflector scalars. With ``wy = (V, T)``, V (b x m x w) receives the
     reflectors with their unit diagonal and zeros above it, and T (b x w x w) the upper triangle with
-    ``H_1 ... H_w = I - V T V^T``.
+    ``H_1 ... H_w = I - V T V^T``. Every view must have unit stride along its last dimension.
     ``one_reduction`` picks the column step with one block-wide reduction (else three, as before);
     ``top_tile`` (panels at least twice as tall as wide only) the step that keeps the first w rows
     in a tile of their own and scales the reflectors once at the end, which overrides it.
     ``warps`` overrides the kernel's warp count (see ``_warps``). ``two_columns`` (the one-reduction
     and top-tile steps) takes the columns in pairs, one block-wide reduction per pair.
-    Views may be row-major or column-major (unit stride along their columns or their rows).
     """
     grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns)
     _panel_kernel[grid](*args, **options)

@@ -19,7 +19,6 @@ import triton
 import reference_kernels.blocked_wy.kernels as kernels
 import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
-import reference_kernels.blocked_wy.transpose as transpose
 from reference_kernels.blocked_wy.qr import Plan, qr
 
 __all__ = ["Launch", "compile_launch", "record_launches"]
@@ -33,7 +32,6 @@ _KERNELS = (
     (products, "_leaf_gram_kernel"),
     (products, "_leaf_apply_kernel"),
     (split_tf32, "_split_kernel"),
-    (transpose, "_transpose_kernel"),
 )
 
 

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start, unit_stride_dim
+from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.split_tf32 import split_tf32, tf32_hi
 
@@ -72,10 +72,10 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 @triton.jit
-def _project_rows(acc, v_mat, v_strides, c_mat, c_strides, r0, m, ks, cols, col_ok, BM: tl.constexpr):
+def _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, m, ks, cols, col_ok, BM: tl.constexpr):
     r = r0 + tl.arange(0, BM)[:, None]
-    vv = tl.load(v_mat + r * v_strides[0] + ks[None, :] * v_strides[1], mask=r < m, other=0.0)
-    cc = tl.load(c_mat + r * c_strides[0] + cols[None, :] * c_strides[1], mask=(r < m) & col_ok, other=0.0)
+    vv = tl.load(v_mat + r * v_row_stride + ks[None, :], mask=r < m, other=0.0)
+    cc = tl.load(c_mat + r * c_row_stride + cols[None, :], mask=(r < m) & col_ok, other=0.0)
     return tl.dot(tl.trans(vv), cc, acc, input_precision="tf32x3")
 
 
@@ -93,12 +93,10 @@ def _project_kernel(
     c_off,
     c_mat_stride,
     c_row_stride,
-    c_col_stride,
     v,
     v_off,
     v_mat_stride,
     v_row_stride,
-    v_col_stride,
     t,
     t_off,
     t_mat_stride,
@@ -130,17 +128,15 @@ def _project_kernel(
     c_mat = matrix_start(c, c_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
-    v_strides = (v_row_stride, v_col_stride)
-    c_strides = (c_row_stride, c_col_stride)
     acc = tl.zeros([NB, BN], dtype=tl.float32)
     if INTERPRETED:
         r0 = first
         while r0 < end:
-            acc = _project_rows(acc, v_mat, v_strides, c_mat, c_strides, r0, end, ks, cols, col_ok, BM)
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
             r0 += BM
     else:
         for r0 in tl.range(first, end, BM, num_stages=STAGES):
-            acc = _project_rows(acc, v_mat, v_strides, c_mat, c_strides, r0, end, ks, cols, col_ok, BM)
+            acc = _project_rows(acc, v_mat, v_row_stride, c_mat, c_row_stride, r0, end, ks, cols, col_ok, BM)
     out_ptrs = w + pid_b * w_mat_stride + pid_p * NB * ncols + ks[:, None] * ncols + cols[None, :]
     if SPLIT:
         tl.store(out_ptrs, acc, mask=col_ok)
@@ -164,12 +160,10 @@ def _subtract_kernel(
     dst_off,
     c_mat_stride,
     c_row_stride,
-    c_col_stride,
     v,
     v_off,
     v_mat_stride,
     v_row_stride,
-    v_col_stride,
     t,
     t_off,
     t_mat_stride,
@@ -197,7 +191,7 @@ def _subtract_kernel(
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     inside = (rows < m) & (cols < ncols)
-    vv = tl.load(v_mat + rows * v_row_stride + ks[None, :] * v_col_stride, mask=rows < m, other=0.0)
+    vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
     w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * ncols + cols
     ww = tl.load(w_ptrs, mask=cols < ncols, other=0.0)
     if SPLIT:
@@ -206,7 +200,7 @@ def _subtract_kernel(
             ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
             i += 1
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
-    tile = rows * c_row_stride + cols * c_col_stride
+    tile = rows * c_row_stride + cols
     cc = tl.load(src_mat + tile, mask=inside, other=0.0)
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
@@ -219,10 +213,10 @@ def _subtract_split_kernel(
     dst_off,
     c_mat_stride,
     c_row_stride,
-    left,
-    left_mat_stride,
-    right,
-    right_mat_stride,
+    vs,
+    vs_mat_stride,
+    ws,
+    ws_mat_stride,
     m,
     ncols,
     K3: tl.constexpr,
@@ -232,10 +226,9 @@ def _subtract_split_kernel(
     ALIGNED: tl.constexpr,
     STAGES: tl.constexpr,
 ):
-    """dst[tile] = src[tile] + L[rows] R[cols]^T for one BM x BN tile of one m x ncols matrix: L (m x K3)
-    and R (ncols x K3) contiguous, one TF32 product of inner dimension K3 = 3 nb, BK at a time. L is
-    Vs (rows [Vh Vh Vl]) and R Ws (rows [hi lo hi] of -W's columns), or the other way round for the
-    transposed product of the column-major layout."""
+    """dst[tile] = src[tile] + Vs[rows] Ws[cols]^T for one BM x BN tile of one matrix: Vs (m x K3,
+    rows [Vh Vh Vl]) and Ws (ncols x K3, rows [hi lo hi] of -W's columns) contiguous, one TF32 product
+    of inner dimension K3 = 3 nb, BK at a time."""
     pid = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     n_tiles = tl.cdiv(ncols, BN)
@@ -243,15 +236,15 @@ def _subtract_split_kernel(
     cols = (pid % n_tiles) * BN + tl.arange(0, BN)
     src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
-    left_mat = left + pid_b * left_mat_stride
-    right_mat = right + pid_b * right_mat_stride
+    vs_mat = vs + pid_b * vs_mat_stride
+    ws_mat = ws + pid_b * ws_mat_stride
     inside = (rows < m) & (cols[None, :] < ncols)
     tile = rows * c_row_stride + cols[None, :]
     acc = tl.load(src_mat + tile, mask=inside, other=0.0)
     for k0 in tl.range(0, K3, BK, num_stages=STAGES):
         ks = k0 + tl.arange(0, BK)[None, :]
-        a = tl.load(left_mat + rows * K3 + ks, mask=rows < m, other=0.0)
-        b = tl.load(right_mat + cols[:, None] * K3 + ks, mask=cols[:, None] < ncols, other=0.0)
+        a = tl.load(vs_mat + rows * K3 + ks, mask=rows < m, other=0.0)
+        b = tl.load(ws_mat + cols[:, None] * K3 + ks, mask=cols[:, None] < ncols, other=0.0)
         acc = tl.dot(a, tl.trans(b), acc, input_precision="tf32")
     tl.store(dst_mat + tile, acc, mask=inside)
 
@@ -266,21 +259,19 @@ def wy_update(
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
 
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
-    one layout. c, src and V are row-major or column-major (unit stride along their columns or their
-    rows), T row-major. The first launch forms W = T^T V^T s (one program per column strip and row
-    part, streaming the rows; a small batch splits the rows into parts whose partial sums the second
-    launch adds), the second subtracts V W tile by tile (with ``tiles.presplit`` and no row parts: V
-    split by a launch of its own, then one TF32 product of the split operands per tile). In the
-    column-major layout the projection's operands are K-major as the tensor cores take them, and the
-    subtraction is done transposed, C^T + Ws Vs^T, so that its tiles' rows stay contiguous.
+    one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
+    program per column strip and row part, streaming the rows; a small batch splits the rows
+    into parts whose partial sums the second launch adds), the second subtracts V W tile by tile
+    (with ``tiles.presplit`` and no row parts: V split by a launch of its own, then one TF32 product
+    of the split operands per tile).
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
     src = c if src is None else src
     if v.shape != (batch, m, nb) or t.shape != (batch, nb, nb) or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
         raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
-    if 1 not in c.stride()[1:] or 1 not in v.stride()[1:] or t.stride(2) != 1 or src.stride() != c.stride():
-        raise ValueError("c, src, v: unit stride along rows or columns; t along its rows; c and src one layout")
+    if any(x.stride(-1) != 1 for x in (c, v, t, src)) or src.stride() != c.stride():
+        raise ValueError("c, src, v and t need unit stride along their last dimension; c and src one layout")
     src_base, src_off = _base(src)
     c_base, c_off = _base(c)
     v_base, v_off = _base(v)
@@ -294,33 +285,29 @@ def wy_update(
     presplit = tiles.presplit and parts == 1
     work = c.new_empty(batch, ncols, 3 * nb) if presplit else c.new_empty(batch, parts, nb, ncols)
     t_args = (t_base, t_off, t.stride(0), t.stride(1))
-    c_strides = (c.stride(0), c.stride(1), c.stride(2))
-    v_args = (v_base, v_off, v.stride(0), v.stride(1), v.stride(2))
     _project_kernel[(strips, batch, parts)](
-        src_base, src_off, *c_strides,
-        *v_args,
+        src_base, src_off, c.stride(0), c.stride(1),
+        v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
         work, work.stride(0),
         m, ncols, part_rows,
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
         STAGES=tiles.stages, PRESPLIT=presplit, num_warps=warps,
     )  # fmt: skip
+    grid = (ceil_div(m, tiles.subtract_bm) * strips, batch)
     if presplit:
         vs = split_tf32(v, dim=2, lo_slab=2)  # [Vh Vh Vl]
-        left, right, rows, cols, row_stride = vs, work, m, ncols, c.stride(1)
-        if unit_stride_dim(c) == 1:  # column-major: C^T + Ws Vs^T, C^T's rows contiguous
-            left, right, rows, cols, row_stride = work, vs, ncols, m, c.stride(2)
-        _subtract_split_kernel[(ceil_div(rows, tiles.subtract_bm) * ceil_div(cols, tiles.block_n), batch)](
-            src_base, src_off, c_base, c_off, c.stride(0), row_stride,
-            left, left.stride(0), right, right.stride(0),
-            rows, cols,
+        _subtract_split_kernel[grid](
+            src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
+            vs, vs.stride(0), work, work.stride(0),
+            m, ncols,
             K3=3 * nb, BM=tiles.subtract_bm, BN=tiles.block_n, BK=32 if nb >= 32 else 16, ALIGNED=aligned,
             STAGES=tiles.stages, num_warps=warps,
         )  # fmt: skip
         return
-    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
-        src_base, src_off, c_base, c_off, *c_strides,
-        *v_args,
+    _subtract_kernel[grid](
+        src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
+        v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
         work, work.stride(0), parts,
         m, ncols,
@@ -335,12 +322,10 @@ def _leaf_gram_kernel(
     p_off,
     p_mat_stride,
     p_row_stride,
-    p_col_stride,
     v,
     v_off,
     v_mat_stride,
     v_row_stride,
-    v_col_stride,
     part,
     part_mat_stride,
     m,
@@ -370,12 +355,9 @@ def _leaf_gram_kernel(
     while r0 < end:  # a few blocks per part: not worth pipelining
         rows = r0 + tl.arange(0, BR)[:, None]
         row_ok = rows < end
-        leaf_ptrs = v_mat + rows * v_row_stride + c0 * v_col_stride + ls * v_col_stride
-        leaf = tl.load(leaf_ptrs, mask=row_ok & (ls < e0 - c0), other=0.0)
-        before = tl.load(v_mat + rows * v_row_stride + cols * v_col_stride, mask=row_ok & (cols < c0), other=0.0)
-        after = tl.load(
-            p_mat + rows * p_row_stride + cols * p_col_stride, mask=row_ok & (cols >= e0) & (cols < w), other=0.0
-        )
+        leaf = tl.load(v_mat + rows * v_row_stride + c0 + ls, mask=row_ok & (ls < e0 - c0), other=0.0)
+        before = tl.load(v_mat + rows * v_row_stride + cols, mask=row_ok & (cols < c0), other=0.0)
+        after = tl.load(p_mat + rows * p_row_stride + cols, mask=row_ok & (cols >= e0) & (cols < w), other=0.0)
         g = tl.dot(tl.trans(leaf), before + after, g, input_precision="tf32x3")
         r0 += BR
     out = part + pid_b * part_mat_stride + pid_r * BL * BW + tl.arange(0, BL)[:, None] * BW + cols
@@ -388,12 +370,10 @@ def _leaf_apply_kernel(
     p_off,
     p_mat_stride,
     p_row_stride,
-    p_col_stride,
     v,
     v_off,
     v_mat_stride,
     v_row_stride,
-    v_col_stride,
     t,
     t_off,
     t_mat_stride,
@@ -434,9 +414,8 @@ def _leaf_apply_kernel(
     p_mat = p + p_off + pid_b * p_mat_stride
     after = (cols[None, :] >= e0) & (cols[None, :] < w)
     coef = tl.dot(tl.trans(leaf_t), tl.where(after, g, 0.0), input_precision="tf32x3")
-    leaf_ptrs = v_mat + rows * v_row_stride + c0 * v_col_stride + ls[None, :] * v_col_stride
-    leaf = tl.load(leaf_ptrs, mask=(rows < m) & (ls[None, :] < wl), other=0.0)
-    ptrs = p_mat + rows * p_row_stride + cols[None, :] * p_col_stride
+    leaf = tl.load(v_mat + rows * v_row_stride + c0 + ls[None, :], mask=(rows < m) & (ls[None, :] < wl), other=0.0)
+    ptrs = p_mat + rows * p_row_stride + cols[None, :]
     inside = (rows < m) & after
     block = tl.load(ptrs, mask=inside, other=0.0)
     tl.store(ptrs, tl.dot(leaf, -coef, block, input_precision="tf32x3"), mask=inside)
@@ -456,7 +435,7 @@ def _leaf_apply_kernel(
 def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0: int, merge_t: bool) -> None:
     """After panel columns [c0, e0) were factored into ``v`` and ``t[:, c0:e0, c0:e0]``: apply those
     reflectors to panel columns >= e0 and, with ``merge_t``, fill ``t[:, :c0, c0:e0]`` so that t is the
-    panel's T up to column e0. ``panel`` and ``v`` are b x m x w (row- or column-major), ``t`` b x w x w; V must be zero
+    panel's T up to column e0. ``panel`` and ``v`` are b x m x w, ``t`` b x w x w; V must be zero
     above each reflector's unit diagonal (rows < c0 of the leaf's columns are never read).
     """
     batch, m, w = panel.shape
@@ -472,7 +451,7 @@ def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
     warps = 4 if block_r * block_w <= 4096 else 8
-    common = (p_base, p_off, *panel.stride(), v_base, v_off, *v.stride())
+    common = (p_base, p_off, panel.stride(0), panel.stride(1), v_base, v_off, v.stride(0), v.stride(1))
     _leaf_gram_kernel[(n_parts, batch)](
         *common, part, part.stride(0), m, c0, e0, w, part_rows, BR=block_r // 2, BL=block_l, BW=block_w, num_warps=4
     )

@@ -25,7 +25,6 @@ import torch
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_update
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
-from reference_kernels.blocked_wy.transpose import transpose_into, transposed
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -65,10 +64,6 @@ class Plan:
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
     - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches.
-    - ``columns``: factor in the column-major working layout (each matrix transposed on the way in
-      and out, one Triton launch each), where the ``tf32x3`` projection's reduction over rows runs
-      along contiguous memory: its operands reach the tensor cores K-major, with no transpose
-      through shared memory. Blocked path only.
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and, with the Triton update, the input copy is folded into
       the first update.
@@ -84,7 +79,6 @@ class Plan:
     two_columns: bool = False
     panel_warps: int | None = None
     tiles: UpdateTiles = DEFAULT_TILES
-    columns: bool = False
     graph: bool = True
 
     def __post_init__(self) -> None:
@@ -189,7 +183,7 @@ def _factor_block(
     batch, m, w = panel.shape
     step = _leaf_width(m, plan.leaf)
     alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
-    v = alloc(batch, w, m).transpose(1, 2) if plan.columns else alloc(batch, m, w)  # the panel's layout
+    v = alloc(batch, m, w)
     t = alloc(batch, w, w)
     for c in range(0, w, step):
         e = min(c + step, w)
@@ -218,11 +212,10 @@ def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The Triton
     update reads the first trailing block straight from ``src`` (only the first panel's columns are
     copied), which saves a pass over memory; the library updates work in place, so for them ``src``
-    is copied whole first (one contiguous copy: a strided one of the trailing block is slower), as
-    it is for a ``src`` in another layout than ``h``.
+    is copied whole first (one contiguous copy: a strided one of the trailing block is slower).
     """
     n = h.shape[-1]
-    if src is not None and (plan.update != "tf32x3" or src.stride() != h.stride()):
+    if src is not None and plan.update != "tf32x3":
         h.copy_(src)
         src = None
     for j0 in range(0, n, plan.nb):
@@ -239,9 +232,7 @@ class _GraphedQR:
     """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call."""
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
-        self.columns = plan.columns
-        self.store = torch.zeros_like(like)  # with ``columns``, A^T (square matrices: A's shape)
-        self.h = self.store.transpose(1, 2) if plan.columns else self.store
+        self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
         current = torch.cuda.current_stream(like.device)
         side = torch.cuda.Stream(like.device)
@@ -255,10 +246,6 @@ class _GraphedQR:
             _factor_in_place(self.h, self.tau, plan)
 
     def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.columns:
-            transpose_into(a, self.store)
-            self.graph.replay()
-            return transposed(self.store), self.tau.clone()
         self.h.copy_(a)
         self.graph.replay()
         return self.h.clone(), self.tau.clone()
@@ -293,8 +280,6 @@ def qr(
     top_tile: bool | None = None,
     two_columns: bool | None = None,
     panel_warps: int | None = None,
-    tiles: UpdateTiles | None = None,
-    columns: bool | None = None,
     graph: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
@@ -308,7 +293,7 @@ def qr(
     plan = plan or default_plan(n)
     fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
     fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "two_columns": two_columns}
-    fields |= {"panel_warps": panel_warps, "tiles": tiles, "columns": columns, "graph": graph}
+    fields |= {"panel_warps": panel_warps, "graph": graph}
     overrides = {key: value for key, value in fields.items() if value is not None}
     if overrides:
         plan = replace(plan, **overrides)
@@ -324,11 +309,7 @@ def qr(
     with ieee_fp32():
         if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
             return _graphed(a, plan)
-        tau = a.new_empty(batch, n)
-        if plan.columns:
-            store = transposed(a)
-            _factor_in_place(store.transpose(1, 2), tau, plan)
-            return transposed(store), tau
         h = torch.empty_like(a)
+        tau = a.new_empty(batch, n)
         _factor_in_place(h, tau, plan, src=a)
         return h, tau

@@ -56,12 +56,10 @@ def tf32_hi(value):
 
 @triton.jit(do_not_specialize=["x_off"])
 def _split_kernel(
-    x, x_off, out, per_matrix, height, width, out_row, slab,
-    LO_SLAB: tl.constexpr, COLUMN_MAJOR: tl.constexpr, BLOCK: tl.constexpr,
+    x, x_off, out, per_matrix, width, out_row, slab, LO_SLAB: tl.constexpr, BLOCK: tl.constexpr
 ):  # fmt: skip
-    """Three copies of one matrix's elements (``height`` x ``width``, contiguous by rows or with
-    ``COLUMN_MAJOR`` by columns), ``slab`` apart in ``out`` (row-major): hi in every slab but
-    ``LO_SLAB``, which takes lo."""
+    """Three copies of one matrix's elements (``width`` per row, contiguous), ``slab`` apart in
+    ``out``: hi in every slab but ``LO_SLAB``, which takes lo."""
     pid = tl.program_id(0)
     mat = tl.program_id(1).to(tl.int64)
     e = pid * BLOCK + tl.arange(0, BLOCK)
@@ -69,10 +67,7 @@ def _split_kernel(
     value = tl.load(x + x_off + mat * per_matrix + e, mask=inside, other=0.0)
     hi = tf32_hi(value)
     lo = value - hi
-    if COLUMN_MAJOR:
-        dst = out + mat * 3 * per_matrix + (e % height) * out_row + e // height
-    else:
-        dst = out + mat * 3 * per_matrix + (e // width) * out_row + e % width
+    dst = out + mat * 3 * per_matrix + (e // width) * out_row + e % width
     tl.store(dst, tl.where(LO_SLAB == 0, lo, hi), mask=inside)
     tl.store(dst + slab, tl.where(LO_SLAB == 1, lo, hi), mask=inside)
     tl.store(dst + 2 * slab, tl.where(LO_SLAB == 2, lo, hi), mask=inside)
@@ -80,11 +75,8 @@ def _split_kernel(
 
 def split_tf32(x: torch.Tensor, dim: int, lo_slab: int) -> torch.Tensor:
     """x (b x r x s) split into hi and lo TF32 parts, as three slabs concatenated along ``dim``
-    (1 or 2): hi in slabs other than ``lo_slab``, lo there; b x 3r x s or b x r x 3s, contiguous.
-    A column-major x is read as it is (its reflectors, in the column-major working layout)."""
-    column_major = x.transpose(1, 2).is_contiguous() and not x.is_contiguous()
-    if not column_major:
-        x = x.contiguous()
+    (1 or 2): hi in slabs other than ``lo_slab``, lo there; b x 3r x s or b x r x 3s."""
+    x = x.contiguous()
     batch, r, s = x.shape
     per_matrix = r * s
     if dim == 1:
@@ -96,8 +88,7 @@ def split_tf32(x: torch.Tensor, dim: int, lo_slab: int) -> torch.Tensor:
     block = 1024
     x_base, x_off = _base(x)
     _split_kernel[(ceil_div(per_matrix, block), batch)](
-        x_base, x_off, out, per_matrix, r, s, out_row, slab,
-        LO_SLAB=lo_slab, COLUMN_MAJOR=column_major, BLOCK=block, num_warps=4,
+        x_base, x_off, out, per_matrix, s, out_row, slab, LO_SLAB=lo_slab, BLOCK=block, num_warps=4
     )
     return out
 
