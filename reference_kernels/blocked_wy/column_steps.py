@@ -147,22 +147,30 @@ def _pair_reflectors(p, q, row1, row2, k, cols):
     (the caller does nearly collinear pairs one by one instead).
     """
     k2 = k + 1
-    x21 = tl.sum(tl.where(cols == k, row2, 0.0), axis=0)  # X[k + 1, k]
+    # Every scalar of the pair, read off the sums at once: each is a block-wide reduction, and none
+    # waits for another (sigma1 and g, entries of vectors formed below, are formed from these too).
+    at_k = cols == k
+    at_k2 = cols == k2
+    x21 = tl.sum(tl.where(at_k, row2, 0.0), axis=0)  # X[k + 1, k]
+    alpha1 = tl.sum(tl.where(at_k, row1, 0.0), axis=0)
+    p_k = tl.sum(tl.where(at_k, p, 0.0), axis=0)
+    p_k2 = tl.sum(tl.where(at_k2, p, 0.0), axis=0)
+    xx = tl.sum(tl.where(at_k2, q, 0.0), axis=0)
+    row1_k2 = tl.sum(tl.where(at_k2, row1, 0.0), axis=0)
+    row2_k2 = tl.sum(tl.where(at_k2, row2, 0.0), axis=0)
     dots1 = p + x21 * row2  # column k's tail (rows > k) . X_j
-    alpha1 = tl.sum(tl.where(cols == k, row1, 0.0), axis=0)
-    sigma1 = tl.sum(tl.where(cols == k, dots1, 0.0), axis=0)
+    sigma1 = p_k + x21 * x21  # dots1[k]
     _, beta1, tau1, sc1 = _reflector(alpha1, sigma1)
     s1 = row1 + dots1 * sc1
     u = tl.where(cols > k, tau1 * s1, 0.0)
-    g = tl.sum(tl.where(cols == k2, u, 0.0), axis=0)
+    g = tau1 * (row1_k2 + (p_k2 + x21 * row2_k2) * sc1)  # u[k + 1], as u's own arithmetic has it
     # Below row k + 1: xx = |X_{k+1}|^2, vx = v1 . X_{k+1}, vv = |v1|^2.
-    xx = tl.sum(tl.where(cols == k2, q, 0.0), axis=0)
-    vx = sc1 * tl.sum(tl.where(cols == k2, p, 0.0), axis=0)
-    vv = sc1 * sc1 * tl.sum(tl.where(cols == k, p, 0.0), axis=0)
+    vx = sc1 * p_k2
+    vv = sc1 * sc1 * p_k
     sigma2 = xx - 2.0 * g * vx + g * g * vv
     exact = sigma2 >= 0.25 * (xx + 2.0 * tl.abs(g * vx) + g * g * vv)
     v1_k2 = x21 * sc1
-    alpha2 = tl.sum(tl.where(cols == k2, row2, 0.0), axis=0) - v1_k2 * g
+    alpha2 = row2_k2 - v1_k2 * g
     _, beta2, tau2, sc2 = _reflector(alpha2, tl.maximum(sigma2, 0.0))
     # s2_j = (H_k X)[k + 1, j] + sc2 (c's tail . (X_j - v1 u_j)); column k holds v1 = sc1 X_k below row k.
     s2 = row2 - v1_k2 * u + sc2 * (q - (g * sc1) * p - u * vx + (g * vv) * u)
@@ -234,12 +242,12 @@ def two_columns_top(x, top, scales, taus, tri, k, rows, cols, WRITE_WY: tl.const
     q = q * unscaled
     row1 = tl.sum(tl.where(t2 == k, top, 0.0), axis=0)
     row2 = tl.sum(tl.where(t2 == k2, top, 0.0), axis=0)
-    exact, beta1, tau1, sc1, s1, u, _, beta2, tau2, sc2, s2 = _pair_reflectors(p, q, row1, row2, k, cols)
+    exact, beta1, tau1, sc1, s1, u, g, beta2, tau2, sc2, s2 = _pair_reflectors(p, q, row1, row2, k, cols)
     if exact:
         coef2 = tl.where(cols > k2, tau2 * s2, 0.0)
         step1 = -(u * sc1)
         step2 = -(coef2 * sc2)
-        step1_k2 = tl.sum(tl.where(cols == k2, step1, 0.0), axis=0)
+        step1_k2 = -(g * sc1)  # step1[k + 1]
         # Big tile: rows above k + 1 are read no more. c = column k + 1 after H_k, as the fma leaves it.
         x = tl.fma(below1[:, None], step1[None, :], x)
         c = tl.where(rows > k2, tl.fma(col1, step1_k2, col2), 0.0)
