@@ -45,10 +45,6 @@ VARIANTS = {
     "sbm=128": UpdateTiles(subtract_bm=128),
     "stages=2": UpdateTiles(stages=2),
     "stages=4": UpdateTiles(stages=4),
-    "presplit": UpdateTiles(presplit=True),
-    "presplit,sbm=128": UpdateTiles(presplit=True, subtract_bm=128),
-    "presplit,w8,sbm=128": UpdateTiles(presplit=True, subtract_bm=128, warps=8),
-    "presplit,warps=2": UpdateTiles(presplit=True, warps=2),
 }
 TOLERANCE = 1e-5  # relative to the largest entry of the result
 

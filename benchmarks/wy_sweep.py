@@ -45,8 +45,6 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). The first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
-        "tf32x3,presplit": {"update": "tf32x3", "tiles": UpdateTiles(presplit=True)},
-        "tf32x3,presplit,rows=128": {"update": "tf32x3", "tiles": UpdateTiles(presplit=True, subtract_bm=128)},
         "tf32x3,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32)},
     },
 }
@@ -70,8 +68,6 @@ def candidates(n: int) -> dict[str, Plan]:
         variants["no-top" if new.top_tile else "top"] = {"top_tile": not new.top_tile}
         if new.tiles != UpdateTiles():
             variants["tiles=default"] = {"tiles": UpdateTiles()}
-        if new.update == "tf32x3" and not new.tiles.presplit:  # untimed yet (session 5)
-            variants["presplit"] = {"tiles": replace(new.tiles, presplit=True)}
         variants |= OTHERS_TRIED.get(n, {})
     for name, change in variants.items():
         plan = replace(new, **change)

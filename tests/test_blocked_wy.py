@@ -101,15 +101,13 @@ def test_projection_split_over_rows(case: str, monkeypatch: pytest.MonkeyPatch) 
         products.UpdateTiles(subtract_bm=32),
         products.UpdateTiles(project_bm=16, block_n=32),
         products.UpdateTiles(block_n=128, subtract_bm=128, stages=2, warps=2),
-        products.UpdateTiles(presplit=True),
-        products.UpdateTiles(presplit=True, subtract_bm=32, block_n=32),
     ],
-    ids=["rows-32", "narrow", "wide", "presplit", "presplit-narrow"],
+    ids=["rows-32", "narrow", "wide"],
 )
 def test_update_tiles(tiles: products.UpdateTiles) -> None:
     """The split-TF32 update in other tile shapes: strips and row tiles that do not divide the
-    ragged trailing blocks (n = 45), and wider than them; the subtraction as one TF32 product of
-    operands split beforehand (on a GPU this checks its accuracy on rowscale inputs too)."""
+    ragged trailing blocks (n = 45), and wider than them (on a GPU this checks their accuracy on
+    rowscale inputs too)."""
     plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles)
     _factor_and_check(generate_input(2, 45, 2, 3200, "rowscale").to(DEVICE), plan=plan)
 
@@ -298,7 +296,6 @@ def test_every_launch_compiles_for_sm90() -> None:
         return
     from reference_kernels.blocked_wy import Plan, default_plan
     from reference_kernels.blocked_wy.offline import compile_launch, record_launches
-    from reference_kernels.blocked_wy.products import UpdateTiles
 
     calls = [
         *(((1, n), default_plan(n)) for n in (32, 176, 512, 4096)),  # whole matrix, panels, leaves of 32 to 8
@@ -307,7 +304,6 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
-        ((640, 512), replace(default_plan(512), update="tf32x3", tiles=UpdateTiles(presplit=True))),  # split operands
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

@@ -11,8 +11,7 @@ Both exist because cuBLAS is slow at what they replace, not at products in gener
   a tiny output and a reduction over every row, which it runs serially in one block per matrix:
   on 2 x 4096 that was most of the time. Here the rows are split across programs (two launches).
 
-Every ``tl.dot`` is ``tf32x3`` (or plain TF32 on operands split beforehand, ``UpdateTiles.presplit``):
-at ``ieee`` Triton multiplies FP32 tiles on the FMA units with whole
+Every ``tl.dot`` is ``tf32x3``: at ``ieee`` Triton multiplies FP32 tiles on the FMA units with whole
 operand rows in registers, and these tiles spill kilobytes (ptxas, sm_90). The long row loop runs as
 ``for`` (software-pipelined) on the GPU and as ``while`` under the interpreter, which cannot take a
 runtime ``range`` bound (numpy >= 2.4); the loop body is shared.
@@ -26,7 +25,6 @@ import triton.language as tl
 
 from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
-from reference_kernels.blocked_wy.split_tf32 import split_tf32, tf32_hi
 
 __all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_update"]
 
@@ -41,11 +39,7 @@ class UpdateTiles:
 
     ``project_bm`` rows per step of the projection, ``block_n`` columns per strip (both launches),
     ``subtract_bm`` rows per tile of the subtraction, ``warps`` per program (None: 4 up to nb = 64,
-    else 8), ``stages`` of the software pipelines. ``presplit``: the subtraction as one TF32
-    product of operands split beforehand, ``C + [Vh Vh Vl] [-W]h;l;h`` (V split by a pass of its
-    own, -W by the projection, stored transposed), so that its tiles reach the tensor cores as
-    loaded (K-major) instead of being split in registers and transposed through shared memory
-    per tile; batches whose projection needs row parts keep the other way.
+    else 8), ``stages`` of the projection's software pipeline.
     """
 
     project_bm: int = 32
@@ -53,7 +47,6 @@ class UpdateTiles:
     subtract_bm: int = 64
     warps: int | None = None
     stages: int = 3
-    presplit: bool = False
 
 
 DEFAULT_TILES = UpdateTiles()
@@ -113,11 +106,9 @@ def _project_kernel(
     ALIGNED: tl.constexpr,
     INTERPRETED: tl.constexpr,
     STAGES: tl.constexpr,
-    PRESPLIT: tl.constexpr,
 ):
     """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix; with ``SPLIT``, the
-    program sums ``part_rows`` rows only and stores its partial V^T C (T is applied by the subtract);
-    with ``PRESPLIT``, it stores -W split, transposed: row j of the matrix is [hi, lo, hi] of -W[:, j]."""
+    program sums ``part_rows`` rows only and stores its partial V^T C (T is applied by the subtract)."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     pid_p = tl.program_id(2)
@@ -141,15 +132,7 @@ def _project_kernel(
     if SPLIT:
         tl.store(out_ptrs, acc, mask=col_ok)
     else:
-        strip = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
-        if PRESPLIT:
-            hi = tf32_hi(-strip)
-            split_ptrs = w + pid_b * w_mat_stride + cols[None, :] * (3 * NB) + ks[:, None]
-            tl.store(split_ptrs, hi, mask=col_ok)
-            tl.store(split_ptrs + NB, -strip - hi, mask=col_ok)
-            tl.store(split_ptrs + 2 * NB, hi, mask=col_ok)
-        else:
-            tl.store(out_ptrs, strip, mask=col_ok)
+        tl.store(out_ptrs, _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc), mask=col_ok)
 
 
 @triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
@@ -205,50 +188,6 @@ def _subtract_kernel(
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off"])
-def _subtract_split_kernel(
-    src,
-    src_off,
-    dst,
-    dst_off,
-    c_mat_stride,
-    c_row_stride,
-    vs,
-    vs_mat_stride,
-    ws,
-    ws_mat_stride,
-    m,
-    ncols,
-    K3: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    ALIGNED: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    """dst[tile] = src[tile] + Vs[rows] Ws[cols]^T for one BM x BN tile of one matrix: Vs (m x K3,
-    rows [Vh Vh Vl]) and Ws (ncols x K3, rows [hi lo hi] of -W's columns) contiguous, one TF32 product
-    of inner dimension K3 = 3 nb, BK at a time."""
-    pid = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    n_tiles = tl.cdiv(ncols, BN)
-    rows = (pid // n_tiles) * BM + tl.arange(0, BM)[:, None]
-    cols = (pid % n_tiles) * BN + tl.arange(0, BN)
-    src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
-    dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
-    vs_mat = vs + pid_b * vs_mat_stride
-    ws_mat = ws + pid_b * ws_mat_stride
-    inside = (rows < m) & (cols[None, :] < ncols)
-    tile = rows * c_row_stride + cols[None, :]
-    acc = tl.load(src_mat + tile, mask=inside, other=0.0)
-    for k0 in tl.range(0, K3, BK, num_stages=STAGES):
-        ks = k0 + tl.arange(0, BK)[None, :]
-        a = tl.load(vs_mat + rows * K3 + ks, mask=rows < m, other=0.0)
-        b = tl.load(ws_mat + cols[:, None] * K3 + ks, mask=cols[:, None] < ncols, other=0.0)
-        acc = tl.dot(a, tl.trans(b), acc, input_precision="tf32")
-    tl.store(dst_mat + tile, acc, mask=inside)
-
-
 def wy_update(
     c: torch.Tensor,
     v: torch.Tensor,
@@ -261,9 +200,7 @@ def wy_update(
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
     one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
     program per column strip and row part, streaming the rows; a small batch splits the rows
-    into parts whose partial sums the second launch adds), the second subtracts V W tile by tile
-    (with ``tiles.presplit`` and no row parts: V split by a launch of its own, then one TF32 product
-    of the split operands per tile).
+    into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -282,8 +219,7 @@ def wy_update(
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
     part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
     parts = ceil_div(m, part_rows)
-    presplit = tiles.presplit and parts == 1
-    work = c.new_empty(batch, ncols, 3 * nb) if presplit else c.new_empty(batch, parts, nb, ncols)
+    work = c.new_empty(batch, parts, nb, ncols)
     t_args = (t_base, t_off, t.stride(0), t.stride(1))
     _project_kernel[(strips, batch, parts)](
         src_base, src_off, c.stride(0), c.stride(1),
@@ -292,20 +228,9 @@ def wy_update(
         work, work.stride(0),
         m, ncols, part_rows,
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-        STAGES=tiles.stages, PRESPLIT=presplit, num_warps=warps,
+        STAGES=tiles.stages, num_warps=warps,
     )  # fmt: skip
-    grid = (ceil_div(m, tiles.subtract_bm) * strips, batch)
-    if presplit:
-        vs = split_tf32(v, dim=2, lo_slab=2)  # [Vh Vh Vl]
-        _subtract_split_kernel[grid](
-            src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
-            vs, vs.stride(0), work, work.stride(0),
-            m, ncols,
-            K3=3 * nb, BM=tiles.subtract_bm, BN=tiles.block_n, BK=32 if nb >= 32 else 16, ALIGNED=aligned,
-            STAGES=tiles.stages, num_warps=warps,
-        )  # fmt: skip
-        return
-    _subtract_kernel[grid](
+    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
