@@ -4,7 +4,8 @@ One GPU run. For each matrix size, the factorisation's trailing updates (for eve
 n - j0 rows, n - j0 - nb columns, nb from the size's default plan, the benchmark's batch) are
 timed one by one with ``triton.testing.do_bench_cudagraph`` (replayed from a CUDA graph, as ``qr``
 runs them: GPU time without the host's launch work, which ``do_bench`` would count) and summed,
-for every tile variant of ``VARIANTS`` and for cuBLAS FP32 (the ``torch`` update) as the yardstick.
+for every tile variant of ``VARIANTS``, for cuBLAS FP32 (the ``torch`` update) as the yardstick, and
+for W by cuBLAS FP32 with the Triton subtraction (the ``mixed`` update, ``MIXED_VARIANTS``' tiles).
 Sizes with many panels time every ``--every``-th update and scale the sum. Each variant's result on
 the largest update is compared with a float64 product: a variant more than ``TOLERANCE`` off is
 marked (split TF32 should match FP32 to a few ulps of the result's scale).
@@ -46,6 +47,7 @@ VARIANTS = {
     "stages=2": UpdateTiles(stages=2),
     "stages=4": UpdateTiles(stages=4),
 }
+MIXED_VARIANTS = {"default": UpdateTiles(), "sbm=32": UpdateTiles(subtract_bm=32), "bn=32": UpdateTiles(block_n=32)}
 TOLERANCE = 1e-5  # relative to the largest entry of the result
 
 
@@ -83,6 +85,10 @@ def time_size(n: int, every: int, log: Callable[[str], None]) -> dict[str, tuple
     scale = len(shapes) / len(sampled)
     # qr's own update step: cuBLAS FP32 (the ``torch`` update), then the Triton one per tile variant.
     runs: dict[str, Callable[..., None]] = {"cublas-fp32": lambda c, v, t: _apply_qt(c, v, t, "torch")}
+    runs |= {  # W by cuBLAS FP32, the subtraction by Triton (the ``mixed`` update)
+        f"mixed,{name}": lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "mixed", tiles=tiles)
+        for name, tiles in MIXED_VARIANTS.items()
+    }
     runs |= {
         name: lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "tf32x3", tiles=tiles) for name, tiles in VARIANTS.items()
     }
@@ -119,7 +125,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()} | torch {torch.__version__}", flush=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {n: time_size(n, args.every, lambda line: print(line, flush=True)) for n in sizes}
-    names = ["cublas-fp32", *VARIANTS]
+    names = ["cublas-fp32", *(f"mixed,{name}" for name in MIXED_VARIANTS), *VARIANTS]
     rows = [[name, *(f"{results[n][name][0]:.3f}" if name in results[n] else "-" for n in sizes)] for name in names]
     print(tabulate(rows, headers=["variant", *(f"{BATCHES[n]}x{n} ms" for n in sizes)]))
     if args.json:

@@ -45,6 +45,8 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). The first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
+        "mixed": {"update": "mixed"},  # W by cuBLAS FP32, the subtraction by Triton (untimed, session 6)
+        "mixed,bn=32": {"update": "mixed", "tiles": UpdateTiles(block_n=32)},
         "tf32x3,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32)},
     },
 }

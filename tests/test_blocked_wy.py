@@ -68,11 +68,12 @@ BLOCKED_PLANS = [
     (48, {"nb": 16}),
     (37, {"nb": 16, "leaf": 4, "inner": "triton", "update": "tf32x3"}),
     (45, {"nb": 16, "leaf": 8, "update": "cublas-tf32x3"}),
+    (45, {"nb": 16, "leaf": 8, "update": "mixed"}),
 ]
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-@pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3"])
+@pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3", "mixed"])
 def test_blocked_path(case: str, n: int, plan: dict[str, object]) -> None:
     _factor_and_check(generate_input(2, n, 2, 2000 + n, case).to(DEVICE), whole_max=0, **plan)
 
@@ -304,6 +305,7 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
+        ((640, 512), replace(default_plan(512), update="mixed")),  # cuBLAS W, Triton subtraction
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

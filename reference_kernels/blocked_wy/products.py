@@ -26,7 +26,7 @@ import triton.language as tl
 from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 
-__all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_update"]
+__all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_subtract", "wy_update"]
 
 # The fewest rows one program of the projection sums when the rows are split across programs (a
 # batch too small to give every multiprocessor a few column strips).
@@ -210,11 +210,9 @@ def wy_update(
     if any(x.stride(-1) != 1 for x in (c, v, t, src)) or src.stride() != c.stride():
         raise ValueError("c, src, v and t need unit stride along their last dimension; c and src one layout")
     src_base, src_off = _base(src)
-    c_base, c_off = _base(c)
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
     aligned = _rows_aligned(c, src, v)
-    warps = tiles.warps or (4 if nb <= 64 else 8)
     strips = ceil_div(ncols, tiles.block_n)
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
     part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
@@ -228,16 +226,55 @@ def wy_update(
         work, work.stride(0),
         m, ncols, part_rows,
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-        STAGES=tiles.stages, num_warps=warps,
+        STAGES=tiles.stages, num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
-    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * strips, batch)](
+    _subtract(src, c, v, t_args, work, parts, tiles, aligned)
+
+
+def wy_subtract(c: torch.Tensor, v: torch.Tensor, w: torch.Tensor, tiles: UpdateTiles = DEFAULT_TILES) -> None:
+    """``c <- c - V W`` in place at split TF32, W (b x nb x ncols, contiguous) formed elsewhere: the
+    second launch of :func:`wy_update` alone, for the ``mixed`` update whose W comes from cuBLAS FP32."""
+    batch, m, ncols = c.shape
+    nb = v.shape[-1]
+    if v.shape != (batch, m, nb) or w.shape != (batch, nb, ncols) or nb < 16 or nb & (nb - 1):
+        raise ValueError(f"bad shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, w {tuple(w.shape)}")
+    if c.stride(-1) != 1 or v.stride(-1) != 1 or not w.is_contiguous():
+        raise ValueError("c and v need unit stride along their last dimension, w to be contiguous")
+    v_base, _ = _base(v)
+    no_t = (v_base, 0, 0, 0)  # T is applied by the caller: the kernel reads it only for row parts
+    _subtract(c, c, v, no_t, w, 1, tiles, _rows_aligned(c, v))
+
+
+def _update_warps(tiles: UpdateTiles, nb: int) -> int:
+    """Warps per program of the update's launches: ``tiles.warps``, else 4 up to nb = 64, else 8."""
+    return tiles.warps or (4 if nb <= 64 else 8)
+
+
+def _subtract(
+    src: torch.Tensor,
+    c: torch.Tensor,
+    v: torch.Tensor,
+    t_args: tuple[object, ...],
+    w: torch.Tensor,
+    parts: int,
+    tiles: UpdateTiles,
+    aligned: bool,
+) -> None:
+    """The subtraction launch: ``c = src - V W`` tile by tile; with ``parts`` > 1, w holds that many
+    partial V^T C and W = T^T (their sum)."""
+    batch, m, ncols = c.shape
+    nb = v.shape[-1]
+    src_base, src_off = _base(src)
+    c_base, c_off = _base(c)
+    v_base, v_off = _base(v)
+    _subtract_kernel[(ceil_div(m, tiles.subtract_bm) * ceil_div(ncols, tiles.block_n), batch)](
         src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
-        work, work.stride(0), parts,
+        w, w.stride(0), parts,
         m, ncols,
         NB=nb, BM=tiles.subtract_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned,
-        num_warps=warps,
+        num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
-from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_update
+from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 
 __all__ = [
@@ -38,8 +38,8 @@ __all__ = [
     "require_square_batch",
 ]
 
-Update = Literal["torch", "tf32x3", "cublas-tf32x3"]
-UPDATES = ("torch", "tf32x3", "cublas-tf32x3")
+Update = Literal["torch", "tf32x3", "cublas-tf32x3", "mixed"]
+UPDATES = ("torch", "tf32x3", "cublas-tf32x3", "mixed")
 Inner = Literal["torch", "triton"]
 
 
@@ -52,8 +52,9 @@ class Plan:
       register tile stays within ``MAX_TILE`` floats.
     - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
     - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), ``tf32x3`` (two Triton
-      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores) or ``cublas-tf32x3``
-      (W by cuBLAS FP32, the rank-nb product by one cuBLAS TF32 product of split operands).
+      launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores), ``cublas-tf32x3``
+      (W by cuBLAS FP32, the rank-nb product by one cuBLAS TF32 product of split operands) or
+      ``mixed`` (W by cuBLAS FP32, the rank-nb product by the Triton split-TF32 subtraction).
     - ``inner``: a leaf's reflectors applied to the rest of its panel, and its T merged, by six
       cuBLAS products (``torch``) or two Triton launches that split the rows (``triton``).
     - ``one_reduction``: the panel kernel's column step with one block-wide reduction (else three).
@@ -63,7 +64,8 @@ class Plan:
       (one-reduction and top-tile steps); nearly collinear pairs are done one by one.
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
-    - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches.
+    - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches (``mixed``: of its
+      subtraction).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
       it the launches are issued eagerly and, with the Triton update, the input copy is folded into
       the first update.
@@ -92,7 +94,7 @@ class Plan:
             raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
         if self.panel_warps is not None and self.panel_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"panel_warps must be a power of two up to 32, got {self.panel_warps}")
-        if self.update == "tf32x3" and self.nb < 16:
+        if self.update in ("tf32x3", "mixed") and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
 
 
@@ -162,6 +164,8 @@ def _apply_qt(
     w = torch.bmm(t.transpose(1, 2), w)
     if update == "cublas-tf32x3":
         split_tf32_subtract(c, v, w)
+    elif update == "mixed":
+        wy_subtract(c, v, w.contiguous(), tiles)
     else:
         c.baddbmm_(v, w, alpha=-1.0)
 
