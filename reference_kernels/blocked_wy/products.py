@@ -5,7 +5,7 @@ Both exist because cuBLAS is slow at what they replace, not at products in gener
 - ``wy_update``: ``C <- C - V (T^T (V^T C))`` in two launches (project, then subtract) with
   ``tl.dot`` at ``tf32x3`` (split TF32 on tensor cores, FP32-level accuracy, ~2x the FP32 rate).
   cuBLAS has no split-TF32 mode, and its single-pass TF32 loses the factor gate on badly scaled
-  inputs.
+  inputs. ``wy_subtract`` is its second launch alone, for a W formed by cuBLAS FP32.
 - ``leaf_step``: after a leaf of a tall panel is factored, apply its reflectors to the rest of the
   panel and merge its T into the panel's. cuBLAS spends six launches on that, each a product with
   a tiny output and a reduction over every row, which it runs serially in one block per matrix:
