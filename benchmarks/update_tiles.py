@@ -85,13 +85,12 @@ def time_size(n: int, every: int, log: Callable[[str], None]) -> dict[str, tuple
     scale = len(shapes) / len(sampled)
     # qr's own update step: cuBLAS FP32 (the ``torch`` update), then the Triton one per tile variant.
     runs: dict[str, Callable[..., None]] = {"cublas-fp32": lambda c, v, t: _apply_qt(c, v, t, "torch")}
-    runs |= {  # W by cuBLAS FP32, the subtraction by Triton (the ``mixed`` update)
-        f"mixed,{name}": lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "mixed", tiles=tiles)
-        for name, tiles in MIXED_VARIANTS.items()
-    }
-    runs |= {
-        name: lambda c, v, t, tiles=tiles: _apply_qt(c, v, t, "tf32x3", tiles=tiles) for name, tiles in VARIANTS.items()
-    }
+    # W by cuBLAS FP32 with the Triton subtraction (``mixed``), and the whole Triton update.
+    for update, prefix, variants in (("mixed", "mixed,", MIXED_VARIANTS), ("tf32x3", "", VARIANTS)):
+        runs |= {
+            prefix + name: lambda c, v, t, u=update, tiles=tiles: _apply_qt(c, v, t, u, tiles=tiles)
+            for name, tiles in variants.items()
+        }
     out: dict[str, tuple[float, float]] = {}
     for name, update in runs.items():
         try:

@@ -26,7 +26,7 @@ import triton.language as tl
 from reference_kernels.blocked_wy.kernels import _base
 from reference_kernels.blocked_wy.launch import ceil_div
 
-__all__ = ["fp32_precision", "split_tf32", "split_tf32_subtract", "tf32_hi"]
+__all__ = ["fp32_precision", "split_tf32", "split_tf32_subtract"]
 
 
 @contextmanager
@@ -47,13 +47,6 @@ def fp32_precision(value: str) -> Iterator[None]:
             b.fp32_precision = old
 
 
-@triton.jit
-def tf32_hi(value):
-    """``value`` rounded to TF32 (10 mantissa bits), to nearest on the magnitude: add half of the 13
-    dropped bits' unit, then clear them. ``value - tf32_hi(value)`` is exact in FP32."""
-    return ((value.to(tl.int32, bitcast=True) + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
-
-
 @triton.jit(do_not_specialize=["x_off"])
 def _split_kernel(
     x, x_off, out, per_matrix, width, out_row, slab, LO_SLAB: tl.constexpr, BLOCK: tl.constexpr
@@ -65,7 +58,8 @@ def _split_kernel(
     e = pid * BLOCK + tl.arange(0, BLOCK)
     inside = e < per_matrix
     value = tl.load(x + x_off + mat * per_matrix + e, mask=inside, other=0.0)
-    hi = tf32_hi(value)
+    # Round to nearest on the magnitude: add half of the 13 dropped bits' unit, then clear them.
+    hi = ((value.to(tl.int32, bitcast=True) + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
     lo = value - hi
     dst = out + mat * 3 * per_matrix + (e // width) * out_row + e % width
     tl.store(dst, tl.where(LO_SLAB == 0, lo, hi), mask=inside)
