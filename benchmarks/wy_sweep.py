@@ -42,12 +42,14 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # Other variants per size (round 6 at 512: the Triton split-TF32 update 8.20 ms against cuBLAS
 # FP32's 8.01, but with 32-column strips its updates took as long as cuBLAS's in
 # benchmarks/update_tiles.py; eager calls 7.94 ms once and 12.0 the next time, where everywhere else
-# the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). The first entry is also profiled.
+# the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). Round 8 at 512: the mixed update with
+# 32-column strips 7.66 against the cuBLAS update's 7.93 ms, with default strips 7.80; eager calls
+# (the input copy folded into the first update, no copy out) 7.46, but with outliers to 9.4 ms
+# under the evaluator's timer; 8 x 2048 eager 20.1 against 9.4. The first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
-        "mixed": {"update": "mixed"},  # W by cuBLAS FP32, the subtraction by Triton (untimed, session 6)
-        "mixed,bn=32": {"update": "mixed", "tiles": UpdateTiles(block_n=32)},
-        "tf32x3,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32)},
+        "cublas": {"update": "torch", "tiles": UpdateTiles()},
+        "eager": {"graph": False},
     },
 }
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first

@@ -231,18 +231,26 @@ def wy_update(
     _subtract(src, c, v, t_args, work, parts, tiles, aligned)
 
 
-def wy_subtract(c: torch.Tensor, v: torch.Tensor, w: torch.Tensor, tiles: UpdateTiles = DEFAULT_TILES) -> None:
-    """``c <- c - V W`` in place at split TF32, W (b x nb x ncols, contiguous) formed elsewhere: the
-    second launch of :func:`wy_update` alone, for the ``mixed`` update whose W comes from cuBLAS FP32."""
+def wy_subtract(
+    c: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    src: torch.Tensor | None = None,
+    tiles: UpdateTiles = DEFAULT_TILES,
+) -> None:
+    """``c <- s - V W`` at split TF32 with ``s = src`` (default ``c`` itself, in place), W (b x nb x
+    ncols, contiguous) formed elsewhere: the second launch of :func:`wy_update` alone, for the
+    ``mixed`` update whose W comes from cuBLAS FP32."""
     batch, m, ncols = c.shape
     nb = v.shape[-1]
-    if v.shape != (batch, m, nb) or w.shape != (batch, nb, ncols) or nb < 16 or nb & (nb - 1):
+    src = c if src is None else src
+    if v.shape != (batch, m, nb) or w.shape != (batch, nb, ncols) or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
         raise ValueError(f"bad shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, w {tuple(w.shape)}")
-    if c.stride(-1) != 1 or v.stride(-1) != 1 or not w.is_contiguous():
-        raise ValueError("c and v need unit stride along their last dimension, w to be contiguous")
+    if any(x.stride(-1) != 1 for x in (c, v, src)) or src.stride() != c.stride() or not w.is_contiguous():
+        raise ValueError("c, src and v need unit stride along their last dimension (c, src one layout), w contiguous")
     v_base, _ = _base(v)
     no_t = (v_base, 0, 0, 0)  # T is applied by the caller: the kernel reads it only for row parts
-    _subtract(c, c, v, no_t, w, 1, tiles, _rows_aligned(c, v))
+    _subtract(src, c, v, no_t, w, 1, tiles, _rows_aligned(c, src, v))
 
 
 def _update_warps(tiles: UpdateTiles, nb: int) -> int:

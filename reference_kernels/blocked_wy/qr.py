@@ -40,6 +40,7 @@ __all__ = [
 
 Update = Literal["torch", "tf32x3", "cublas-tf32x3", "mixed"]
 UPDATES = ("torch", "tf32x3", "cublas-tf32x3", "mixed")
+READS_SOURCE = ("tf32x3", "mixed")  # updates whose last launch writes c from a separate source
 Inner = Literal["torch", "triton"]
 
 
@@ -66,9 +67,9 @@ class Plan:
       floats of the tile per thread, at most 16 warps.
     - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches (``mixed``: of its
       subtraction).
-    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture); without
-      it the launches are issued eagerly and, with the Triton update, the input copy is folded into
-      the first update.
+    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture), which
+      copies the input into its buffers and the outputs out; without it the launches are issued
+      eagerly and an update of ``READS_SOURCE`` folds the input copy into the first update.
     """
 
     nb: int
@@ -114,15 +115,18 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 60 x 1024 4.02 -> 3.81 ms at 2 warps, 40 x 352 0.181 -> 0.159 and 40 x 176 0.049 -> 0.044 with
     # 32-row subtraction tiles). Round 7 (sweep with those tiles: 60 x 1024 5.79 vs 6.05 ms): pairs
     # at 176 (0.197 vs 0.214), one panel warp at 32 (pairs: 0.021 vs 0.034 one by one), one column at
-    # a time again at 352 and 4096 (ties).
-    (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=1)),  # one program per matrix (whole_max)
+    # a time again at 352 and 4096 (ties). Round 8 (2026-11-30; two sweeps, then 30 repeats each
+    # under the evaluator's timer): the mixed update with 32-column strips at 512 (7.66 and 7.69 vs
+    # 7.93 and 8.01 ms; 7.75 vs 8.11 mean), pairs at 352 (0.512 vs 0.539; 0.535 vs 0.589 mean) and
+    # 4096 (21.82 vs 22.00; 21.92 vs 22.19 mean), two panel warps at 32 (0.0325 vs 0.0347 median).
+    (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
-    (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, panel_warps=4, tiles=ROWS_32)),
-    (1023, Plan(nb=64, leaf=16, panel_warps=2)),
+    (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
+    (1023, Plan(nb=64, leaf=16, update="mixed", panel_warps=2, tiles=UpdateTiles(block_n=32))),
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
                 tiles=UpdateTiles(warps=2))),
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
-    (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", panel_warps=8)),  # leaves of 8 (MAX_TILE)
+    (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", two_columns=True, panel_warps=8)),  # leaves of 8
 )
 
 
@@ -151,21 +155,22 @@ def _apply_qt(
     src: torch.Tensor | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
-    """c <- (I - V T V^T)^T s in place (s = ``src``, default c), the compact-WY form of applying H_k ... H_1.
+    """c <- (I - V T V^T)^T s (s = ``src``, default c in place), the compact-WY form of applying H_k ... H_1.
 
-    Only the Triton update (``tf32x3``) reads ``src``; the library updates take s in c.
+    ``src`` only with the updates of ``READS_SOURCE``; the others take s in c.
     """
     if update == "tf32x3":
         wy_update(c, v, t, src, tiles)
         return
-    if src is not None:
+    if src is not None and update not in READS_SOURCE:
         raise ValueError(f"the {update!r} update works in place: put the source in c")
-    w = torch.bmm(v.transpose(1, 2), c)
+    s = c if src is None else src
+    w = torch.bmm(v.transpose(1, 2), s)
     w = torch.bmm(t.transpose(1, 2), w)
     if update == "cublas-tf32x3":
         split_tf32_subtract(c, v, w)
     elif update == "mixed":
-        wy_subtract(c, v, w.contiguous(), tiles)
+        wy_subtract(c, v, w.contiguous(), src, tiles)
     else:
         c.baddbmm_(v, w, alpha=-1.0)
 
@@ -213,13 +218,14 @@ def _factor_block(
 def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
-    With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The Triton
-    update reads the first trailing block straight from ``src`` (only the first panel's columns are
-    copied), which saves a pass over memory; the library updates work in place, so for them ``src``
-    is copied whole first (one contiguous copy: a strided one of the trailing block is slower).
+    With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The updates
+    of ``READS_SOURCE`` read the first trailing block straight from ``src`` (only the first panel's
+    columns are copied), which saves a pass over memory; the library updates work in place, so for
+    them ``src`` is copied whole first (one contiguous copy: a strided one of the trailing block is
+    slower).
     """
     n = h.shape[-1]
-    if src is not None and plan.update != "tf32x3":
+    if src is not None and plan.update not in READS_SOURCE:
         h.copy_(src)
         src = None
     for j0 in range(0, n, plan.nb):
