@@ -278,6 +278,24 @@ def test_library_updates_take_no_separate_source() -> None:
             _apply_qt(c, v, t, update, src=torch.ones(1, 8, 4))
 
 
+def test_triton_updates_refuse_operands_they_cannot_take() -> None:
+    """Both Triton updates check their operands before launching: a source of another layout than
+    c, a rank below 16, a W that is not contiguous."""
+    c, v = torch.zeros(2, 24, 40), torch.zeros(2, 24, 16)
+    t, w = torch.zeros(2, 16, 16), torch.zeros(2, 16, 40)
+    other_layout = torch.zeros(2, 40, 24).transpose(1, 2)
+    with pytest.raises(ValueError, match="one layout"):
+        products.wy_update(c, v, t, other_layout)
+    with pytest.raises(ValueError, match="one layout"):
+        products.wy_subtract(c, v, w, other_layout)
+    with pytest.raises(ValueError, match=r"bad WY shapes: .* t "):
+        products.wy_update(c, v[..., :8], t[..., :8, :8])
+    with pytest.raises(ValueError, match=r"bad WY shapes: .* w "):
+        products.wy_subtract(c, v, w[..., :32])
+    with pytest.raises(ValueError, match="contiguous"):
+        products.wy_subtract(c, v, torch.zeros(2, 16, 48)[..., :40])  # rows of W 48 apart
+
+
 # ---- the real compiler, without a GPU -------------------------------------------------------------
 
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"

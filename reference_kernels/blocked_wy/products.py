@@ -204,11 +204,7 @@ def wy_update(
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
-    src = c if src is None else src
-    if v.shape != (batch, m, nb) or t.shape != (batch, nb, nb) or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
-        raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, t {tuple(t.shape)}")
-    if any(x.stride(-1) != 1 for x in (c, v, t, src)) or src.stride() != c.stride():
-        raise ValueError("c, src, v and t need unit stride along their last dimension; c and src one layout")
+    src = _checked_source(c, v, src, "t", t, (batch, nb, nb))
     src_base, src_off = _base(src)
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
@@ -241,16 +237,34 @@ def wy_subtract(
     """``c <- s - V W`` at split TF32 with ``s = src`` (default ``c`` itself, in place), W (b x nb x
     ncols, contiguous) formed elsewhere: the second launch of :func:`wy_update` alone, for the
     ``mixed`` update whose W comes from cuBLAS FP32."""
-    batch, m, ncols = c.shape
-    nb = v.shape[-1]
-    src = c if src is None else src
-    if v.shape != (batch, m, nb) or w.shape != (batch, nb, ncols) or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
-        raise ValueError(f"bad shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, w {tuple(w.shape)}")
-    if any(x.stride(-1) != 1 for x in (c, v, src)) or src.stride() != c.stride() or not w.is_contiguous():
-        raise ValueError("c, src and v need unit stride along their last dimension (c, src one layout), w contiguous")
+    batch, _, ncols = c.shape
+    src = _checked_source(c, v, src, "w", w, (batch, v.shape[-1], ncols))
+    if not w.is_contiguous():
+        raise ValueError("w needs to be contiguous")
     v_base, _ = _base(v)
     no_t = (v_base, 0, 0, 0)  # T is applied by the caller: the kernel reads it only for row parts
     _subtract(src, c, v, no_t, w, 1, tiles, _rows_aligned(c, src, v))
+
+
+def _checked_source(
+    c: torch.Tensor,
+    v: torch.Tensor,
+    src: torch.Tensor | None,
+    name: str,
+    other: torch.Tensor,
+    other_shape: tuple[int, ...],
+) -> torch.Tensor:
+    """``src`` (default ``c``), once c, v, src and the other operand (T or W, called ``name``) are
+    shaped and laid out as the update's launches take them: V b x m x nb with nb a power of two
+    >= 16, c and src one shape and layout, every last dimension of unit stride."""
+    batch, m, _ = c.shape
+    nb = v.shape[-1]
+    src = c if src is None else src
+    if v.shape != (batch, m, nb) or other.shape != other_shape or nb < 16 or nb & (nb - 1) or src.shape != c.shape:
+        raise ValueError(f"bad WY shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, {name} {tuple(other.shape)}")
+    if any(x.stride(-1) != 1 for x in (c, v, other, src)) or src.stride() != c.stride():
+        raise ValueError(f"c, src, v and {name} need unit stride along their last dimension; c and src one layout")
+    return src
 
 
 def _update_warps(tiles: UpdateTiles, nb: int) -> int:
