@@ -46,6 +46,11 @@ VARIANTS = {
     "sbm=128": UpdateTiles(subtract_bm=128),
     "stages=2": UpdateTiles(stages=2),
     "stages=4": UpdateTiles(stages=4),
+    # One launch per update (untimed when added, session 7).
+    "fused": UpdateTiles(fused=True),
+    "fused,warps=2": UpdateTiles(warps=2, fused=True),
+    "fused,bn=32": UpdateTiles(block_n=32, fused=True),
+    "fused,sbm=32": UpdateTiles(subtract_bm=32, fused=True),
 }
 # Round 8 at 512 (session 7): default strips 3.73, 32-row tiles 4.32, 32-column strips 3.72 ms.
 MIXED_VARIANTS = {

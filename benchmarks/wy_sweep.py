@@ -49,8 +49,16 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
         "cublas": {"update": "torch", "tiles": UpdateTiles()},
+        "fused": {"update": "tf32x3", "tiles": UpdateTiles(fused=True)},  # untimed when added (session 7)
+        "fused,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32, fused=True)},
         "eager": {"graph": False},
     },
+    1024: {
+        "fused": {"tiles": UpdateTiles(warps=2, fused=True)},
+        "fused,warps=4": {"tiles": UpdateTiles(fused=True)},
+        "fused,bn=32": {"tiles": UpdateTiles(block_n=32, fused=True)},
+    },
+    352: {"fused": {"tiles": UpdateTiles(subtract_bm=32, fused=True)}},
 }
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
 

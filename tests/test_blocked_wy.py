@@ -113,6 +113,21 @@ def test_update_tiles(tiles: products.UpdateTiles) -> None:
     _factor_and_check(generate_input(2, 45, 2, 3200, "rowscale").to(DEVICE), plan=plan)
 
 
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_fused_update(case: str) -> None:
+    """The one-launch split-TF32 update on every case type: ragged row blocks in both of its loops
+    (n = 45 in blocks of 32), the first update reading the input, the rest in place."""
+    tiles = products.UpdateTiles(subtract_bm=32, block_n=32, fused=True)
+    plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles)
+    _factor_and_check(generate_input(2, 45, 2, 3300, case).to(DEVICE), plan=plan)
+
+
+def test_fused_tiles_need_the_triton_update() -> None:
+    for update in ("torch", "mixed", "cublas-tf32x3"):
+        with pytest.raises(ValueError, match="fused"):
+            Plan(nb=16, leaf=16, update=update, tiles=products.UpdateTiles(fused=True))
+
+
 def test_projection_parts() -> None:
     """Row parts: a power of two, enough for ~4 programs per multiprocessor, each >= MIN_PART_ROWS rows."""
     assert products.project_parts(4096, 126, 132) == 4  # 2 x 4096: 63 strips per matrix
@@ -324,6 +339,7 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
+        ((60, 1024), replace(default_plan(1024), tiles=products.UpdateTiles(warps=2, fused=True))),  # one launch
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

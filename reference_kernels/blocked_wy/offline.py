@@ -28,6 +28,7 @@ _KERNELS = (
     (kernels, "_panel_kernel"),
     (products, "_project_kernel"),
     (products, "_subtract_kernel"),
+    (products, "_fused_update_kernel"),
     (products, "_leaf_gram_kernel"),
     (products, "_leaf_apply_kernel"),
     (split_tf32, "_split_kernel"),

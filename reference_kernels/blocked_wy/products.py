@@ -39,7 +39,8 @@ class UpdateTiles:
 
     ``project_bm`` rows per step of the projection, ``block_n`` columns per strip (both launches),
     ``subtract_bm`` rows per tile of the subtraction, ``warps`` per program (None: 4 up to nb = 64,
-    else 8), ``stages`` of the projection's software pipeline.
+    else 8), ``stages`` of the projection's software pipeline. ``fused``: one launch instead of two,
+    a program per strip doing both (:func:`_fused_update_kernel`; the ``tf32x3`` update only).
     """
 
     project_bm: int = 32
@@ -47,6 +48,7 @@ class UpdateTiles:
     subtract_bm: int = 64
     warps: int | None = None
     stages: int = 3
+    fused: bool = False
 
 
 DEFAULT_TILES = UpdateTiles()
@@ -77,6 +79,15 @@ def _t_transposed_times(t_mat, t_row_stride, ks, x):
     """T^T x for the NB x NB block T at ``t_mat`` (W = T^T (V^T C), by whichever kernel has V^T C whole)."""
     tt = tl.load(t_mat + ks[:, None] * t_row_stride + ks[None, :])
     return tl.dot(tl.trans(tt), x, input_precision="tf32x3")
+
+
+@triton.jit
+def _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, vv, ww):
+    """dst = src - V W on one tile (``rows`` a BM x 1 column, ``cols`` a 1 x BN row, ``inside`` their
+    mask), given V's rows ``vv`` and W's columns ``ww``."""
+    tile = rows * c_row_stride + cols
+    cc = tl.load(src_mat + tile, mask=inside, other=0.0)
+    tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
 # Offsets as _panel_kernel's; m and ncols stay specialised (the subtract kernel spilled without).
@@ -183,9 +194,75 @@ def _subtract_kernel(
             ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
             i += 1
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
-    tile = rows * c_row_stride + cols
-    cc = tl.load(src_mat + tile, mask=inside, other=0.0)
-    tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
+    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, vv, ww)
+
+
+@triton.jit
+def _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, ww, BM: tl.constexpr):
+    """The fused update's subtraction on the BM rows from r0 of its strip (``cols``)."""
+    rows = r0 + tl.arange(0, BM)[:, None]
+    inside = (rows < m) & col_ok
+    vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
+    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols[None, :], inside, vv, ww)
+
+
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off"])
+def _fused_update_kernel(
+    src,
+    src_off,
+    dst,
+    dst_off,
+    c_mat_stride,
+    c_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    t,
+    t_off,
+    t_mat_stride,
+    t_row_stride,
+    m,
+    ncols,
+    NB: tl.constexpr,
+    PBM: tl.constexpr,
+    SBM: tl.constexpr,
+    BN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """dst[:, strip] = src[:, strip] - V (T^T (V^T src[:, strip])) for one BN-column strip of one
+    matrix in one program: W of the strip by streaming its rows (PBM at a time), then the
+    subtraction streaming them again (SBM at a time) from the last, the rows most likely still in
+    L2. Against the two launches: no W round trip through memory and, where L2 holds the strip,
+    one pass over C fewer; but only strips x batch programs."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    cols = pid_n * BN + tl.arange(0, BN)
+    ks = tl.arange(0, NB)
+    src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
+    dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
+    v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
+    col_ok = cols[None, :] < ncols
+    acc = tl.zeros([NB, BN], dtype=tl.float32)
+    last = (m - 1) // SBM * SBM
+    if INTERPRETED:
+        r0 = 0
+        while r0 < m:
+            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, PBM)
+            r0 += PBM
+        ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
+        r0 = last
+        while r0 >= 0:
+            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, ww, SBM)
+            r0 -= SBM
+    else:
+        for r0 in tl.range(0, m, PBM, num_stages=STAGES):
+            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, PBM)
+        ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
+        for i in tl.range(0, m, SBM, num_stages=STAGES):
+            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, last - i, m, ks, cols, col_ok, ww, SBM)
 
 
 def wy_update(
@@ -201,6 +278,7 @@ def wy_update(
     one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
     program per column strip and row part, streaming the rows; a small batch splits the rows
     into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
+    With ``tiles.fused`` one launch does both, a program per column strip.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -210,11 +288,22 @@ def wy_update(
     t_base, t_off = _base(t)
     aligned = _rows_aligned(c, src, v)
     strips = ceil_div(ncols, tiles.block_n)
+    t_args = (t_base, t_off, t.stride(0), t.stride(1))
+    if tiles.fused:
+        c_base, c_off = _base(c)
+        _fused_update_kernel[(strips, batch)](
+            src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
+            v_base, v_off, v.stride(0), v.stride(1),
+            *t_args,
+            m, ncols,
+            NB=nb, PBM=tiles.project_bm, SBM=tiles.subtract_bm, BN=tiles.block_n, ALIGNED=aligned,
+            INTERPRETED=INTERPRETED, STAGES=tiles.stages, num_warps=_update_warps(tiles, nb),
+        )  # fmt: skip
+        return
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
     part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
     parts = ceil_div(m, part_rows)
     work = c.new_empty(batch, parts, nb, ncols)
-    t_args = (t_base, t_off, t.stride(0), t.stride(1))
     _project_kernel[(strips, batch, parts)](
         src_base, src_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),

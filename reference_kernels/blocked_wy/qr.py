@@ -65,8 +65,8 @@ class Plan:
       (one-reduction and top-tile steps); nearly collinear pairs are done one by one.
     - ``panel_warps``: warps of every panel-kernel launch (a power of two up to 32); None: 32
       floats of the tile per thread, at most 16 warps.
-    - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches (``mixed``: of its
-      subtraction).
+    - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches, or of its one fused
+      launch (``mixed``: of its subtraction).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture), which
       copies the input into its buffers and the outputs out; without it the launches are issued
       eagerly and an update of ``READS_SOURCE`` folds the input copy into the first update.
@@ -97,6 +97,8 @@ class Plan:
             raise ValueError(f"panel_warps must be a power of two up to 32, got {self.panel_warps}")
         if self.update in ("tf32x3", "mixed") and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
+        if self.tiles.fused and self.update != "tf32x3":
+            raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
 
 
 ROWS_32 = UpdateTiles(subtract_bm=32)  # the update's subtraction in 32-row tiles
