@@ -184,6 +184,8 @@ def _subtract_kernel(
     src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
+    # V's rows are loaded before W here (not through _subtract_rows, which loads them after):
+    # the order the measured plans were compiled with.
     inside = (rows < m) & (cols < ncols)
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
     w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * ncols + cols

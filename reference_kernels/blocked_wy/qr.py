@@ -40,7 +40,9 @@ __all__ = [
 
 Update = Literal["torch", "tf32x3", "cublas-tf32x3", "mixed"]
 UPDATES = ("torch", "tf32x3", "cublas-tf32x3", "mixed")
-READS_SOURCE = ("tf32x3", "mixed")  # updates whose last launch writes c from a separate source
+# Updates whose last launch is the Triton split-TF32 subtraction: it writes c from a separate
+# source (so the input copy folds into the first update) and needs nb >= 16 (tl.dot).
+TRITON_SUBTRACTION = ("tf32x3", "mixed")
 Inner = Literal["torch", "triton"]
 
 
@@ -69,7 +71,7 @@ class Plan:
       launch (``mixed``: of its subtraction).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture), which
       copies the input into its buffers and the outputs out; without it the launches are issued
-      eagerly and an update of ``READS_SOURCE`` folds the input copy into the first update.
+      eagerly and an update of ``TRITON_SUBTRACTION`` folds the input copy into the first update.
     """
 
     nb: int
@@ -95,7 +97,7 @@ class Plan:
             raise ValueError(f"inner must be 'torch' or 'triton', got {self.inner!r}")
         if self.panel_warps is not None and self.panel_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"panel_warps must be a power of two up to 32, got {self.panel_warps}")
-        if self.update in ("tf32x3", "mixed") and self.nb < 16:
+        if self.update in TRITON_SUBTRACTION and self.nb < 16:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
         if self.tiles.fused and self.update != "tf32x3":
             raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
@@ -159,12 +161,12 @@ def _apply_qt(
 ) -> None:
     """c <- (I - V T V^T)^T s (s = ``src``, default c in place), the compact-WY form of applying H_k ... H_1.
 
-    ``src`` only with the updates of ``READS_SOURCE``; the others take s in c.
+    ``src`` only with the updates of ``TRITON_SUBTRACTION``; the others take s in c.
     """
     if update == "tf32x3":
         wy_update(c, v, t, src, tiles)
         return
-    if src is not None and update not in READS_SOURCE:
+    if src is not None and update not in TRITON_SUBTRACTION:
         raise ValueError(f"the {update!r} update works in place: put the source in c")
     s = c if src is None else src
     w = torch.bmm(v.transpose(1, 2), s)
@@ -221,13 +223,13 @@ def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The updates
-    of ``READS_SOURCE`` read the first trailing block straight from ``src`` (only the first panel's
+    of ``TRITON_SUBTRACTION`` read the first trailing block straight from ``src`` (only the first panel's
     columns are copied), which saves a pass over memory; the library updates work in place, so for
     them ``src`` is copied whole first (one contiguous copy: a strided one of the trailing block is
     slower).
     """
     n = h.shape[-1]
-    if src is not None and plan.update not in READS_SOURCE:
+    if src is not None and plan.update not in TRITON_SUBTRACTION:
         h.copy_(src)
         src = None
     for j0 in range(0, n, plan.nb):
