@@ -46,11 +46,16 @@ VARIANTS = {
     "sbm=128": UpdateTiles(subtract_bm=128),
     "stages=2": UpdateTiles(stages=2),
     "stages=4": UpdateTiles(stages=4),
-    # One launch per update (untimed when added, session 7).
+    # One launch per update.
     "fused": UpdateTiles(fused=True),
     "fused,warps=2": UpdateTiles(warps=2, fused=True),
+    "fused,warps=8": UpdateTiles(warps=8, fused=True),
     "fused,bn=32": UpdateTiles(block_n=32, fused=True),
     "fused,sbm=32": UpdateTiles(subtract_bm=32, fused=True),
+    "fused,sbm=128": UpdateTiles(subtract_bm=128, fused=True),
+    "fused,pbm=64": UpdateTiles(project_bm=64, fused=True),
+    "fused,stages=2": UpdateTiles(stages=2, fused=True),
+    "fused,stages=4": UpdateTiles(stages=4, fused=True),
 }
 # Round 8 at 512 (session 7): default strips 3.73, 32-row tiles 4.32, 32-column strips 3.72 ms.
 MIXED_VARIANTS = {

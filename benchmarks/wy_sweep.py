@@ -48,17 +48,26 @@ WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # under the evaluator's timer; 8 x 2048 eager 20.1 against 9.4. The first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
-        "cublas": {"update": "torch", "tiles": UpdateTiles()},
-        "fused": {"update": "tf32x3", "tiles": UpdateTiles(fused=True)},  # untimed when added (session 7)
-        "fused,bn=32": {"update": "tf32x3", "tiles": UpdateTiles(block_n=32, fused=True)},
-        "eager": {"graph": False},
+        "mixed": {"update": "mixed", "tiles": UpdateTiles(block_n=32)},
+        "fused,pbm=32": {"tiles": UpdateTiles(fused=True)},
+        "fused,pbm=128": {"tiles": UpdateTiles(project_bm=128, fused=True)},
+        "fused,pbm=64,stages=4": {"tiles": UpdateTiles(project_bm=64, stages=4, fused=True)},
     },
     1024: {
-        "fused": {"tiles": UpdateTiles(warps=2, fused=True)},
-        "fused,warps=4": {"tiles": UpdateTiles(fused=True)},
-        "fused,bn=32": {"tiles": UpdateTiles(block_n=32, fused=True)},
+        "two-launch": {"tiles": UpdateTiles(warps=2)},
+        "fused,pbm=32": {"tiles": UpdateTiles(fused=True)},
+        "fused,pbm=128": {"tiles": UpdateTiles(project_bm=128, fused=True)},
+        "fused,pbm=64,stages=4": {"tiles": UpdateTiles(project_bm=64, stages=4, fused=True)},
     },
-    352: {"fused": {"tiles": UpdateTiles(subtract_bm=32, fused=True)}},
+    352: {
+        "two-launch": {"tiles": UpdateTiles(subtract_bm=32)},
+        "fused,pbm=64": {"tiles": UpdateTiles(project_bm=64, fused=True)},
+    },
+    176: {
+        "two-launch": {"tiles": UpdateTiles(subtract_bm=32)},
+        "fused,sbm=64": {"tiles": UpdateTiles(fused=True)},
+        "fused,sbm=32,pbm=64": {"tiles": UpdateTiles(subtract_bm=32, project_bm=64, fused=True)},
+    },
 }
 PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that weigh most in the geomean first
 

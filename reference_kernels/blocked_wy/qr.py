@@ -103,7 +103,8 @@ class Plan:
             raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
 
 
-ROWS_32 = UpdateTiles(subtract_bm=32)  # the update's subtraction in 32-row tiles
+# The trailing update in one launch (a program per column strip), W from 64-row steps.
+FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 
 # The plan for n <= each bound (first match). Predictions and the measurements behind them:
 # reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
@@ -124,11 +125,13 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 7.93 and 8.01 ms; 7.75 vs 8.11 mean), pairs at 352 (0.512 vs 0.539; 0.535 vs 0.589 mean) and
     # 4096 (21.82 vs 22.00; 21.92 vs 22.19 mean), two panel warps at 32 (0.0325 vs 0.0347 median).
     (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2)),  # one program per matrix (whole_max)
-    (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
-    (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4, tiles=ROWS_32)),
-    (1023, Plan(nb=64, leaf=16, update="mixed", panel_warps=2, tiles=UpdateTiles(block_n=32))),
+    (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
+               tiles=UpdateTiles(subtract_bm=32, fused=True))),
+    (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
+               tiles=UpdateTiles(fused=True))),
+    (1023, Plan(nb=64, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64)),
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
-                tiles=UpdateTiles(warps=2))),
+                tiles=FUSED_ROWS_64)),
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
     (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", two_columns=True, panel_warps=8)),  # leaves of 8
 )
