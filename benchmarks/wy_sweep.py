@@ -40,12 +40,13 @@ RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the c
 # 1024 and above). An entry equal to the current plan is dropped.
 WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
 # Other variants per size (round 6 at 512: the Triton split-TF32 update 8.20 ms against cuBLAS
-# FP32's 8.01, but with 32-column strips its updates took as long as cuBLAS's in
-# benchmarks/update_tiles.py; eager calls 7.94 ms once and 12.0 the next time, where everywhere else
-# the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms). Round 8 at 512: the mixed update with
-# 32-column strips 7.66 against the cuBLAS update's 7.93 ms, with default strips 7.80; eager calls
-# (the input copy folded into the first update, no copy out) 7.46, but with outliers to 9.4 ms
-# under the evaluator's timer; 8 x 2048 eager 20.1 against 9.4. The first entry is also profiled.
+# FP32's 8.01; eager calls lost wherever the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms).
+# Round 8 at 512: the mixed update with 32-column strips 7.66 against the cuBLAS update's 7.93 ms;
+# eager calls 7.46, with outliers to 9.4 ms under the evaluator's timer. Round 11: the update in one
+# launch (fused) at 512 7.22 and 1024 5.30 against 7.72 and 5.76 ms; its 8-warp, 128-row and
+# 128-column tiles lost by 1 to 3 ms at 512; 64-row projection steps won at 512 and 1024, and lost
+# at 176 (0.234 vs 0.223 ms); fused at 2048 and 4096 lost (10.11 vs 9.33, 23.67 vs 21.98). The
+# first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
         "mixed": {"update": "mixed", "tiles": UpdateTiles(block_n=32)},

@@ -124,6 +124,10 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # under the evaluator's timer): the mixed update with 32-column strips at 512 (7.66 and 7.69 vs
     # 7.93 and 8.01 ms; 7.75 vs 8.11 mean), pairs at 352 (0.512 vs 0.539; 0.535 vs 0.589 mean) and
     # 4096 (21.82 vs 22.00; 21.92 vs 22.19 mean), two panel warps at 32 (0.0325 vs 0.0347 median).
+    # Round 11 (2026-11-30, three sweeps): the update in one launch (fused) replaces mixed at 512
+    # (7.22 and 7.28 vs 7.72 ms) and the two launches at 1024 (5.30 vs 5.76), 352 (0.505 and 0.507
+    # vs 0.514 and 0.531) and 176 (0.187 vs 0.196); W from 64-row steps at 512 (7.19 vs 7.28) and
+    # 1024 (5.20 vs 5.30). Not at 2048 (10.11 vs 9.33 ms) nor 4096 (23.67 vs 21.98): too few strips.
     (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2)),  # one program per matrix (whole_max)
     (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(subtract_bm=32, fused=True))),
