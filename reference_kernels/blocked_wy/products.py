@@ -2,10 +2,12 @@
 
 Both exist because cuBLAS is slow at what they replace, not at products in general:
 
-- ``wy_update``: ``C <- C - V (T^T (V^T C))`` in two launches (project, then subtract) with
-  ``tl.dot`` at ``tf32x3`` (split TF32 on tensor cores, FP32-level accuracy, ~2x the FP32 rate).
-  cuBLAS has no split-TF32 mode, and its single-pass TF32 loses the factor gate on badly scaled
-  inputs. ``wy_subtract`` is its second launch alone, for a W formed by cuBLAS FP32.
+- ``wy_update``: ``C <- C - V (T^T (V^T C))`` with ``tl.dot`` at ``tf32x3`` (split TF32 on tensor
+  cores, FP32-level accuracy, ~2x the FP32 rate), in one launch (a program per column strip forms
+  W, then subtracts V W; the plans from 176 to 1024) or two (project, then subtract; programs split
+  the rows where a small batch would leave the GPU short of work). cuBLAS has no split-TF32 mode,
+  and its single-pass TF32 loses the factor gate on badly scaled inputs. ``wy_subtract`` is the
+  second launch alone, for a W formed by cuBLAS FP32.
 - ``leaf_step``: after a leaf of a tall panel is factored, apply its reflectors to the rest of the
   panel and merge its T into the panel's. cuBLAS spends six launches on that, each a product with
   a tiny output and a reduction over every row, which it runs serially in one block per matrix:
@@ -35,7 +37,7 @@ MIN_PART_ROWS = 256
 
 @dataclass(frozen=True)
 class UpdateTiles:
-    """Tile shapes of ``wy_update``'s two launches (``benchmarks/update_tiles.py`` times them).
+    """Tile shapes of ``wy_update``'s launches (``benchmarks/update_tiles.py`` times them).
 
     ``project_bm`` rows per step of the projection, ``block_n`` columns per strip (both launches),
     ``subtract_bm`` rows per tile of the subtraction, ``warps`` per program (None: 4 up to nb = 64,
