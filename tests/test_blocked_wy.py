@@ -333,13 +333,12 @@ def test_every_launch_compiles_for_sm90() -> None:
     from reference_kernels.blocked_wy.offline import compile_launch, record_launches
 
     calls = [
-        *(((1, n), default_plan(n)) for n in (32, 176, 512, 4096)),  # whole matrix, panels, leaves of 32 to 8
+        *(((1, n), default_plan(n)) for n in (32, 176, 352, 512, 1024, 2048, 4096)),  # every plan qr_v2 runs
         ((1, 1024), Plan(nb=128, leaf=32, one_reduction=False, top_tile=False)),  # widest panels; earlier step
         ((1, 1024), Plan(nb=64, leaf=64, top_tile=False)),  # the one-reduction step on tall panels
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
-        ((1, 352), replace(default_plan(352), two_columns=True)),  # pairs with the top tile
-        ((60, 1024), replace(default_plan(1024), tiles=products.UpdateTiles(warps=2, fused=True))),  # one launch
+        ((1, 352), replace(default_plan(352), top_tile=True)),  # pairs with the top tile, leaves of 32
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)
