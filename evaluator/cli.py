@@ -1,7 +1,8 @@
 """``qrbench``: parse, call the library, print, exit with the contest's codes.
 
-Exit codes: 0 everything passed, 112 a check failed (or a kernel crashed, hung or raised),
-113 a bad shape file, 2 a usage error (unknown contestant, bad option).
+Exit codes: 0 everything passed, 112 a check failed (or a kernel crashed, hung or raised, or the
+contest service's submission gates refused a file), 113 a bad shape file, 2 a usage error
+(unknown contestant, missing file, bad option).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from evaluator.cli_args import (
     EXIT_USAGE,
     REPORTS_DIR,
     UsageError,
+    add_kernelguard_option,
     add_run_options,
     pick_device,
     resolve_contestants,
@@ -26,6 +28,7 @@ from evaluator.cli_args import (
     timing_overrides,
 )
 from evaluator.cloud.command import register as register_modal
+from evaluator.precheck import Precheck, precheck_file
 from evaluator.progress import ProgressLine
 from evaluator.report.command import register as register_report
 from evaluator.report.leaderboard import write_leaderboard
@@ -61,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
                    help="folder for the leaderboard Markdown (default: reports/)")
+    p = sub.add_parser("check", help="only the contest service's submission gates, per file (about a second each)")
+    p.set_defaults(func=_cmd_check)
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="a submission file")
+    p.add_argument("--mode", choices=RUN_MODES, default="leaderboard",
+                   help="the submission mode to judge for: kernelguard guards all but test (default: leaderboard)")
+    add_kernelguard_option(p)
     register_report(sub)
     register_modal(sub)
     return parser
@@ -72,7 +81,8 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
     contestants = resolve_contestants(args.contestants)
     options = RunOptions(device=device, seed=args.seed, compat=args.compat,
-                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args))
+                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
+                         precheck=args.precheck, kernelguard=args.kernelguard)
     path = results_path(args, mode, shapes)
     finished: list[RunResult] = []
     progress = ProgressLine()
@@ -84,6 +94,8 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
         progress.start(contestant.name)
         run = run_contestant(contestant, mode, shapes, options, on_update=save, on_progress=progress)
         progress.done()
+        if run.precheck is not None and run.precheck.passed and run.precheck.findings:
+            print(_precheck_text(run.precheck), flush=True)
         finished.append(run)
         write_results(path, finished)
         print(render_run(run), end="\n\n", flush=True)
@@ -103,6 +115,30 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     print(f"results: {path}")
     print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+
+
+def _precheck_text(verdict: Precheck) -> str:
+    """One file's verdict: which gates passed, refused, warned or did not run, then what they found."""
+    outcomes = ", ".join(f"{rule} {outcome}" for rule, outcome in verdict.outcomes.items())
+    result = (verdict.kernelguard or {}).get("result") or {}
+    classified = f"; kernelguard: {result['classification']}" if "classification" in result else ""
+    head = f"{verdict.file}: {'passed' if verdict.passed else 'REFUSED'} ({outcomes}{classified})"
+    return "\n".join([head, *(f"  {finding.message}" for finding in verdict.findings)])
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    passed = True
+    for file in args.files:
+        try:
+            verdict = precheck_file(file, args.mode, args.kernelguard)
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        print(_precheck_text(verdict), flush=True)
+        passed = passed and verdict.passed
+    return EXIT_OK if passed else EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

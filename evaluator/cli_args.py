@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evaluator.contestant import CONTESTANTS_DIR, Contestant, ContestantError, discover_contestants, resolve_contestant
+from evaluator.precheck import KERNELGUARD_POLICIES
 from evaluator.shapes import ShapeSet
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "REPORTS_DIR",
     "RESULTS_DIR",
     "UsageError",
+    "add_kernelguard_option",
     "add_run_options",
     "pick_device",
     "resolve_contestants",
@@ -65,6 +67,16 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, metavar="S",
                    help="per-case time budget of timed passes in seconds (deviates from the contest's 10/30 s)")
     p.add_argument("--repeats", type=int, metavar="N", help="cap on timed repeats per case (deviates from the contest)")
+    p.add_argument("--no-precheck", dest="precheck", action="store_false",
+                   help="skip the contest service's submission gates (lab work; the results say so)")
+    add_kernelguard_option(p)
+
+
+def add_kernelguard_option(p: argparse.ArgumentParser) -> None:
+    """How the kernelguard gate (evaluator.precheck) treats its verdict: runs and ``qrbench check`` share it."""
+    p.add_argument("--kernelguard", choices=KERNELGUARD_POLICIES, default="enforce",
+                   help="enforce: a file kernelguard filters, or one it cannot check, is refused, as the service "
+                        "does; warn: report, refuse nothing; off: do not run it (default: enforce)")
 
 
 def timing_overrides(args: argparse.Namespace) -> dict[str, float | int]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
+from evaluator.precheck import Precheck
 from evaluator.shapes import Case
 from evaluator.stats import Stats, geomean
 
@@ -36,9 +37,11 @@ KIND = "qrbench-results"
 # Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
 # a worker that died, "timeout" a run stopped at its time limit, "skipped" a case never reached.
 # A run whose stages all passed but that lacks some of its mode's stages (it was stopped, or
-# its file was written mid-run) is "incomplete", never "pass".
+# its file was written mid-run) is "incomplete", never "pass". A run the submission gates
+# (evaluator.precheck) refused has no stages and is "refused".
 PASSED = "pass"
 INCOMPLETE = "incomplete"
+REFUSED = "refused"
 
 # The stages each mode runs, in order (the runner plans exactly these).
 STAGES_BY_MODE: dict[str, tuple[str, ...]] = {
@@ -159,7 +162,11 @@ class StageResult:
 
 @dataclass(frozen=True)
 class RunResult:
-    """Everything one contestant's run produced, with the environment it ran in."""
+    """Everything one contestant's run produced, with the environment it ran in.
+
+    ``precheck`` is the submission gates' verdict (None in files written before the gates existed,
+    and in runs of part of a mode's stages).
+    """
 
     contestant: dict[str, str]
     mode: str
@@ -172,6 +179,7 @@ class RunResult:
     seed: int | None = None
     started_at: str = field(default_factory=now_iso)
     evaluator_version: str = __version__
+    precheck: Precheck | None = None
 
     @property
     def no_stage_failed(self) -> bool:
@@ -185,6 +193,8 @@ class RunResult:
 
     @property
     def status(self) -> str:
+        if self.precheck is not None and not self.precheck.passed:
+            return REFUSED
         for stage in self.stages:
             if not stage.passed:
                 return stage.status
@@ -196,7 +206,9 @@ class RunResult:
 
     @property
     def reason(self) -> str:
-        """Why the run failed: the first failing stage and case, or its crash reason."""
+        """Why the run failed: the refusing gate, the first failing stage and case, or its crash reason."""
+        if self.precheck is not None and not self.precheck.passed:
+            return f"precheck: {self.precheck.reason}"
         for stage in self.stages:
             if stage.passed:
                 continue
@@ -244,6 +256,7 @@ class RunResult:
             "status": self.status,
             "reason": self.reason,
             "score_s": self.score_s,
+            "precheck": self.precheck.to_dict() if self.precheck is not None else None,
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -261,6 +274,7 @@ class RunResult:
             seed=data.get("seed"),
             started_at=data.get("started_at", ""),
             evaluator_version=data.get("evaluator_version", ""),
+            precheck=Precheck.from_dict(data["precheck"]) if data.get("precheck") else None,
         )
 
 

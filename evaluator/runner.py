@@ -25,6 +25,7 @@ from typing import Any
 from evaluator.channel import ChannelError, Reader, new_key
 from evaluator.contestant import Contestant
 from evaluator.guards import rule_message
+from evaluator.precheck import Precheck, precheck_file
 from evaluator.results import STAGES_BY_MODE, CaseResult, RunResult, StageResult
 from evaluator.shapes import ShapeSet, Timing
 
@@ -40,7 +41,9 @@ UpdateFn = Callable[[RunResult], None]
 @dataclass(frozen=True)
 class RunOptions:
     """How to run: ``device`` is "cuda" or "cpu"; ``seed`` is combined into every spec seed as
-    the contest's POPCORN_SEED is; ``compat`` runs the contest's exact protocol."""
+    the contest's POPCORN_SEED is; ``compat`` runs the contest's exact protocol. ``precheck``
+    runs the contest service's submission gates first (off only for lab work), with kernelguard
+    under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.precheck`)."""
 
     device: str
     seed: int | None = None
@@ -49,6 +52,8 @@ class RunOptions:
     timing: dict[str, float | int] = field(default_factory=dict)
     timeout_scale: float = 1.0
     env: dict[str, str] = field(default_factory=dict)
+    precheck: bool = True
+    kernelguard: str = "enforce"
 
     def timing_for(self, shapes: ShapeSet) -> Timing:
         """The shape set's timing settings with this run's overrides applied."""
@@ -287,12 +292,24 @@ def run_contestant(
     on_progress: ProgressFn | None = None,
     stages: Sequence[StagePlan] | None = None,
 ) -> RunResult:
-    """Run every stage of ``mode`` for one contestant; stop at the first stage that fails.
+    """Run the submission gates, then every stage of ``mode`` for one contestant; stop at the first
+    refusal or failing stage.
 
     ``stages`` (default: :func:`plan_stages`) lets a caller run part of a mode's stages, e.g. a
-    cloud run that puts the secret-seed pass in a container of its own.
+    cloud run that puts the secret-seed pass in a container of its own; the gates are then the
+    planning caller's to run (the run records no precheck).
     """
     run = new_run(contestant, mode, shapes, options)
+    if stages is None:
+        if options.precheck:
+            gates = precheck_file(contestant.path, mode, options.kernelguard)
+        else:
+            gates = Precheck.not_run(str(contestant.path), mode)
+        run = replace(run, precheck=gates)
+        if on_update is not None:
+            on_update(run)
+        if not gates.passed:
+            return run
     for plan in plan_stages(mode, options.seed) if stages is None else stages:
 
         def publish(stage: StageResult, current: RunResult = run) -> None:
