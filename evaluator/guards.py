@@ -2,16 +2,16 @@
 
 Every rule has a short name that appears in the message of the failure it causes, so a
 rejected kernel learns which rule it broke. A check returns that message, or None.
-``--compat`` turns every rule off and runs the contest's exact protocol. The rules that need
-state of their own live beside this module: ``tamper`` in :mod:`evaluator.tripwire`,
-``idle-threads`` in :mod:`evaluator.threadwatch`; ``result-channel`` is enforced by the
-runner reading :mod:`evaluator.channel`.
+``--compat`` turns every protocol rule off and runs the contest's exact protocol. Rules enforced
+elsewhere: ``result-channel`` by the parent reading :mod:`evaluator.channel`, ``sandbox`` by the
+worker's audit hook and the parent's checks around each worker (:mod:`evaluator.sandbox`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -21,8 +21,8 @@ __all__ = [
     "PhysicalFloor",
     "aliasing_problem",
     "input_mutation_problem",
-    "kernel_view",
     "output_type_problem",
+    "parent_clock_problem",
     "plain_output",
     "rule_message",
     "settled_problem",
@@ -38,16 +38,17 @@ RULES: dict[str, str] = {
     "exact-tensor": "the output must be a real tuple of exactly torch.Tensor (no subclass or wrapper)",
     "no-alias": "H and tau must not alias or view the input",
     "input-unchanged": "the kernel must leave its input unchanged",
-    "settled": "outputs must not change after the kernel has returned and the device is idle",
-    "idle-threads": "threads the kernel leaves behind must stay idle between its calls",
-    "tamper": "the kernel must not replace what timing, checking and reporting use, nor install hooks "
-    "that run its code outside its calls",
+    "settled": "outputs must not change once they have been handed back (the kernel returned, the device drained)",
+    "parent-clock": "a timed repeat the worker reports must account for what the parent's own clock saw of it, "
+    "from the moment its inputs landed to the report, less the hand-over measured before the kernel was imported",
+    "sandbox": "the kernel's process may not install trace or profile hooks, walk the garbage collector, fork, "
+    "signal processes it did not start, write outside its scratch folder, or leave processes behind",
     "result-channel": "only the evaluator writes to the result channel (authenticated, in-order messages)",
     "physical-floor": "a case's mean time must not be below what the device's measured bandwidth "
     "and arithmetic rate allow",
 }
 
-# Bound at import, before any kernel: the rules below call these, not names a kernel can rebind.
+# Bound at import: in a compat worker the kernel shares the process and may rebind names.
 _detach = torch.Tensor.detach
 _untyped_storage = torch.Tensor.untyped_storage
 _tuple_len = tuple.__len__
@@ -67,15 +68,17 @@ class Hardening:
     """Which rules are on. The default is all of them; :meth:`compat` is the contest's protocol.
 
     ``output_rules`` covers exact-tensor, no-alias, input-unchanged and settled, which all
-    look at one call's input and output; ``tamper`` also hands the kernel its own view of each
-    input (see :func:`kernel_view`).
+    look at one call's input and output. ``isolated`` runs the kernel in a worker that holds
+    nothing but the kernel, behind the parent's own inputs, checks and clock (``parent-clock``)
+    and the worker's sandbox; off, the whole protocol runs in the kernel's process, as the
+    contest's does.
     """
 
     fresh_inputs: bool = True
     device_drain: bool = True
     output_rules: bool = True
-    idle_threads: bool = True
-    tamper: bool = True
+    parent_clock: bool = True
+    isolated: bool = True
     physical_floor: bool = True
 
     @classmethod
@@ -85,16 +88,6 @@ class Hardening:
     @property
     def is_compat(self) -> bool:
         return self == Hardening.compat()
-
-
-def kernel_view(t: torch.Tensor) -> torch.Tensor:
-    """A new tensor object over ``t``'s memory, to hand to the kernel instead of ``t``.
-
-    The kernel sees the same pointer, shape and content, but attributes it sets on its object
-    (say, an instance ``copy_`` or ``untyped_storage`` shadowing the method) never reach the
-    evaluator, which keeps using ``t``.
-    """
-    return _detach(t)
 
 
 def _is_pair(output: object) -> bool:
@@ -174,7 +167,7 @@ def settled_problem(snapshot: Sequence[torch.Tensor], live: Sequence[torch.Tenso
     """
     for i, (before, after) in enumerate(zip(snapshot, live, strict=True)):
         if not _equal(before, after):
-            return rule_message("settled", f"output {i} changed after the kernel returned and the device was idle")
+            return rule_message("settled", f"output {i} changed after it was handed back")
     return None
 
 
@@ -207,6 +200,36 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
         "stream-join",
         f"in every repeat the device kept working at least {least / 1e3:.0f} us after the kernel's stream was "
         "done; join side streams into the current stream before returning",
+    )
+
+
+# parent-clock thresholds: a repeat is unaccounted for when the worker claims less than this
+# share of what the parent's clock saw beyond the hand-over allowance; the rule fires when more
+# than this share of a case's repeats (and at least two) are. A host hiccup only ever lengthens
+# what the parent sees, in a few repeats; a worker that under-reports does it where it gains.
+PARENT_CLOCK_SHARE = 0.8
+PARENT_CLOCK_REPEATS = 0.25
+
+
+def parent_clock_problem(measurements: Sequence[Any]) -> str | None:
+    """parent-clock: the times a worker reports must fit what the parent's own clock saw.
+
+    Each measurement carries the worker's claim (``elapsed_ns``), the parent's witness of the
+    same repeat (``witness_ns``: from the moment its fresh inputs started to land to the
+    worker's report, so work done ahead of the worker's clock is inside it) and the hand-over
+    share of that (``allowance_ns``, measured before the kernel was imported). A claim below
+    ``PARENT_CLOCK_SHARE`` of witness minus allowance is unaccounted for.
+    """
+    witnessed = [m for m in measurements if m.witness_ns is not None]
+    short = [m for m in witnessed if m.elapsed_ns < PARENT_CLOCK_SHARE * (m.witness_ns - m.allowance_ns)]
+    if len(short) < 2 or len(short) <= PARENT_CLOCK_REPEATS * len(witnessed):
+        return None
+    worst = min(short, key=lambda m: m.elapsed_ns / max(m.witness_ns - m.allowance_ns, 1.0))
+    return rule_message(
+        "parent-clock",
+        f"in {len(short)} of {len(witnessed)} repeats the worker reported less than the parent saw: e.g. "
+        f"{worst.elapsed_ns / 1e3:.1f} us claimed for a repeat the parent's clock saw take "
+        f"{worst.witness_ns / 1e3:.1f} us, {worst.allowance_ns / 1e3:.1f} us of it the hand-over",
     )
 
 

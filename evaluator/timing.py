@@ -6,17 +6,16 @@ flushes the L2 cache outside the timed region, times ``run()`` and returns its r
 The functions a timer calls (the device synchronize, the event class, the host clock) are
 bound when this module is imported, which the worker does before it imports any contestant: a
 kernel that later replaces ``torch.cuda.synchronize``, ``torch.cuda.Event`` or
-``time.perf_counter_ns`` does not change what these timers measure (the tripwire reports such
-a kernel separately, see :mod:`evaluator.tripwire`). The synchronize is the C function itself:
-``torch.cuda.synchronize`` looks names up each time it runs, and one of them could be swapped
-for a no-op.
+``time.perf_counter_ns`` by name does not change what these timers measure. The synchronize is
+the C function itself: ``torch.cuda.synchronize`` looks names up each time it runs. (A kernel
+that reaches the timer's objects can still lie: in a hardened run the parent checks every time a
+worker reports against its own clock, rule ``parent-clock``.)
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -24,13 +23,11 @@ import torch
 
 __all__ = [
     "CONTEST_FLUSH_BYTES",
-    "CopyStream",
     "CpuClockTimer",
     "CudaEventTimer",
     "L2Flush",
     "Measurement",
     "Timer",
-    "copy_stream",
     "make_timer",
     "synchronize",
 ]
@@ -43,9 +40,6 @@ _perf_counter_ns = time.perf_counter_ns
 _cuda_available = torch.cuda.is_available()
 # Waits for all work on the current device (the worker's only device). CPU builds lack it.
 _cuda_synchronize = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
-# Reading and setting the current stream, the C functions torch.cuda.stream() itself ends in.
-_get_current_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
-_set_current_stream = getattr(torch._C, "_cuda_setStream", None)
 _CudaEvent = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed_ms = torch.cuda.Event.elapsed_time
@@ -54,10 +48,16 @@ _event_elapsed_ms = torch.cuda.Event.elapsed_time
 @dataclass(frozen=True)
 class Measurement:
     """One timed repeat. ``tail_ns`` is how long the device stayed busy after the kernel's own
-    stream had finished (only a draining CUDA timer measures it; it is zero otherwise)."""
+    stream had finished (only a draining CUDA timer measures it; it is zero otherwise).
+    ``witness_ns`` is what the parent's own clock saw of the repeat, from the moment its fresh
+    inputs started to land until the worker reported, and ``allowance_ns`` the hand-over share
+    of that the parent measured before the kernel was imported (rule ``parent-clock``); both
+    are unset where the kernel runs in the evaluator's own process."""
 
     elapsed_ns: float
     tail_ns: float = 0.0
+    witness_ns: float | None = None
+    allowance_ns: float = 0.0
 
 
 class Timer(Protocol):
@@ -73,35 +73,6 @@ def synchronize() -> None:
     """Wait for every queued device operation; nothing to wait for without CUDA."""
     if _cuda_available:
         _cuda_synchronize()
-
-
-class CopyStream:
-    """A CUDA stream of the evaluator's own, made current for a ``with`` block.
-
-    The evaluator copies a kernel's outputs on it the moment the clock stops: work someone
-    queued on the current stream after the device drained is then not waited for, so it cannot
-    slip into the copies. Entered through the bound C functions, so no Python a kernel could
-    have replaced runs between the end of the timed region and the copies.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self._stream = torch.cuda.Stream(device)
-        self._ids = (self._stream.stream_id, self._stream.device_index, self._stream.device_type)
-        self._previous: tuple[int, int, int] = self._ids
-
-    def __enter__(self) -> None:
-        self._previous = _get_current_stream(self._ids[1])
-        _set_current_stream(stream_id=self._ids[0], device_index=self._ids[1], device_type=self._ids[2])
-
-    def __exit__(self, *exc: object) -> None:
-        stream_id, device_index, device_type = self._previous
-        _set_current_stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
-
-
-def copy_stream(device: torch.device) -> CopyStream | nullcontext[None]:
-    """Where to copy outputs on ``device``: a :class:`CopyStream` on CUDA, the caller's thread
-    (a no-op context) on the CPU."""
-    return CopyStream(device) if device.type == "cuda" else nullcontext()
 
 
 class L2Flush:
@@ -132,14 +103,15 @@ class CudaEventTimer:
 
     kind = "cuda-events"
 
-    def __init__(self, device: torch.device, drain: bool = True) -> None:
+    def __init__(self, device: torch.device, drain: bool = True, flush: bool = True) -> None:
         self.device = device
         self.drain = drain
-        self._flush = L2Flush(device)
+        self._flush = L2Flush(device) if flush else None
 
     def time(self, run: Callable[[], T]) -> tuple[Measurement, T]:
         _cuda_synchronize()
-        self._flush()  # queued before the start event: its time is never inside the region
+        if self._flush is not None:
+            self._flush()  # queued before the start event: its time is never inside the region
         start, mid, end = (_CudaEvent(enable_timing=True) for _ in range(3))
         _event_record(start)
         result = run()
@@ -166,8 +138,9 @@ class CpuClockTimer:
         return Measurement(float(_perf_counter_ns() - start)), result
 
 
-def make_timer(device: torch.device, drain: bool = True) -> Timer:
-    """The timer for ``device``: CUDA events on a GPU, the host clock on the CPU."""
+def make_timer(device: torch.device, drain: bool = True, flush: bool = True) -> Timer:
+    """The timer for ``device``: CUDA events on a GPU, the host clock on the CPU. Without
+    ``flush`` the L2 is left alone (a hardened parent flushes it itself before each repeat)."""
     if device.type == "cuda":
-        return CudaEventTimer(device, drain=drain)
+        return CudaEventTimer(device, drain=drain, flush=flush)
     return CpuClockTimer()

@@ -1,85 +1,169 @@
-"""The worker: a fresh process that loads one contestant and runs one stage of one mode.
+"""The worker: a fresh process that imports one contestant and runs its kernel.
 
-Started by :mod:`evaluator.runner` as ``python -m evaluator.worker FD``; reads its job (one JSON
-line) from stdin, streams signed results to file descriptor FD (:mod:`evaluator.channel`).
-Timing and checking code is imported before the contestant is, so the functions they bind
-are the originals whatever the kernel does later (:mod:`evaluator.timing`).
+Started by :mod:`evaluator.runner` as ``python -m evaluator.worker FD``. Its first stdin line is
+the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.channel`).
+
+- Hardened (``isolated``): the worker serves the parent's commands (:mod:`evaluator.remote`):
+  map the parent's buffers, call the kernel, time a repeat with CUDA events, copy outputs back.
+  Everything it needs is built before the kernel is imported, and the sandbox closes just
+  before the import (:mod:`evaluator.sandbox`). It decides nothing: inputs, checks, statistics
+  and the results file are the parent's.
+- ``--compat``: the contest's arrangement. The worker runs the whole mode beside the kernel
+  (:mod:`evaluator.protocol` over a :class:`~evaluator.execution.LocalExecutor`) and sends each
+  case's result, as the contest's runner does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import struct
 import sys
-from dataclasses import replace
+import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 from evaluator.channel import Writer
 from evaluator.compat.utils import set_seed
+from evaluator.containment import enter_worker_sandbox
 from evaluator.contestant import Contestant, ContestantError, contest_modules, load_kernel
-from evaluator.environment import fingerprint
-from evaluator.guards import Hardening, PhysicalFloor
+from evaluator.delivery import deliver, deliver_all
+from evaluator.execution import LocalExecutor, profiled
+from evaluator.guards import Hardening
+from evaluator.handover import attach
 from evaluator.protocol import Harness, run_benchmark, run_leaderboard, run_profile, run_test
-from evaluator.shapes import load_shapes
-from evaluator.timing import make_timer
-from evaluator.tripwire import Tripwire
+from evaluator.timing import make_timer, synchronize
+from evaluator.workerjob import shapes_from_dict
 
 __all__ = ["main"]
 
 _MODES = {"test": run_test, "benchmark": run_benchmark, "leaderboard": run_leaderboard}
 
 
-def _run(job: dict[str, Any], out: Writer) -> None:
-    device = torch.device(job["device"])
-    if device.type == "cuda" and not torch.cuda.is_available():
-        out.send({"event": "error", "message": "--device cuda asked for, but this machine has no CUDA device"})
-        return
-    hardening = Hardening.compat() if job["compat"] else Hardening()
-    shapes = load_shapes(Path(job["shapes_path"]))
-    shapes = replace(shapes, timing=replace(shapes.timing, **job["timing"]))
-    set_seed(job["secret"] or 42)
-    floor = PhysicalFloor.measure(device) if device.type == "cuda" and hardening.physical_floor else None
-    out.send({"event": "hello", "environment": fingerprint(device),
-              "floor": None if floor is None else {"bytes_per_s": floor.bytes_per_s, "flops_per_s": floor.flops_per_s}})
+def _contestant(data: dict[str, str]) -> Contestant:
+    return Contestant(data["name"], Path(data["path"]), data["sha256"])
 
-    contestant = Contestant(job["contestant"]["name"], Path(job["contestant"]["path"]), job["contestant"]["sha256"])
-    with contest_modules(contestant.path.parent):
-        tripwire = Tripwire() if hardening.tamper else None  # before the kernel's import-time code runs
-        try:
-            kernel = load_kernel(contestant)
-        except ContestantError as exc:
-            out.send({"event": "error", "message": str(exc)})
-            return
-        harness = Harness(
-            kernel=kernel,
-            timer=make_timer(device, drain=hardening.device_drain),
-            hardening=hardening,
-            q_method="published" if job["compat"] else "auto",
-            floor=floor,
-            progress=lambda event: out.send({"event": "progress", "progress": event}),
-            tripwire=tripwire,
-        )
-        mode = job["mode"]
-        if mode == "profile":
-            result, table = run_profile(harness, shapes, job["secret"], profiler=job.get("profiler", False))
+
+def _error_text(exc: BaseException) -> str:
+    tail = "".join(traceback.format_exception(exc)[-6:]).strip()
+    return f"{type(exc).__name__}: {exc}\n{tail}"
+
+
+def _builtin_kernel(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What calibration calls: outputs of the right form at no cost (the hand-over alone)."""
+    return a, a[..., 0]
+
+
+class _Server:
+    """The hardened worker's command loop (see the module docstring)."""
+
+    def __init__(self, job: dict[str, Any], out: Writer) -> None:
+        self.device = torch.device(job["device"])
+        self.timer = make_timer(self.device, drain=True, flush=False)
+        self.out = out
+        self.scratch = job.get("scratch")
+        self.kernel: Any = None
+        self.refusals: Callable[[], tuple[str, ...]] = tuple
+        self.handed: dict[int, tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+
+    def serve(self, commands: BinaryIO) -> None:
+        while True:
+            header = commands.read(4)
+            if len(header) < 4:
+                return
+            message = pickle.loads(commands.read(struct.unpack("<I", header)[0]))  # the parent's own pickle
+            if message["op"] == "bye":
+                return
+            try:
+                reply = getattr(self, "_" + message["op"])(message)
+            except ContestantError as exc:
+                reply = {"event": "error", "message": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - the kernel's exception is the parent's to judge
+                reply = {"event": "raised", "message": _error_text(exc)}
+            refused = self.refusals()
+            if refused:  # whatever the kernel made of the error it got, the refusal counts
+                reply = {"event": "refused", "message": refused[0], "count": len(refused)}
+            self.out.send(reply)
+
+    def _load(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None)
+        self.kernel = load_kernel(_contestant(message["contestant"]))
+        return {"event": "loaded"}
+
+    def _hand(self, message: dict[str, Any]) -> dict[str, Any]:
+        inputs = [attach(spec) for spec in message["inputs"]]
+        outputs = [(attach(h), attach(tau)) for h, tau in message["outputs"]]
+        self.handed[message["id"]] = (inputs, outputs)
+        return {"event": "handed"}
+
+    def _release(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.handed.pop(message["id"], None)
+        return {"event": "released"}
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        inputs, outputs = self.handed[message["id"]]
+        given = inputs[message["index"]]
+        output, table = profiled(lambda: self.kernel(given), message.get("profile", ""))
+        form = deliver(output, given, outputs[message["index"]], message["rules"])
+        synchronize()
+        return {"event": "returned", "form": form, "table": table}
+
+    def _timed(self, message: dict[str, Any]) -> dict[str, Any]:
+        inputs, outputs = self.handed.get(message["id"], ([], []))
+        kernel = _builtin_kernel if message.get("builtin") else self.kernel
+        measurement, results = self.timer.time(lambda: [kernel(t) for t in inputs])
+        forms = []
+        if message["deliver"]:
+            forms = deliver_all(results, inputs, outputs, message["rules"])
+            synchronize()
+        return {"event": "timed", "elapsed_ns": measurement.elapsed_ns, "tail_ns": measurement.tail_ns,
+                "forms": forms}
+
+
+def _run_in_process(job: dict[str, Any], out: Writer) -> None:
+    """The contest's arrangement (``--compat``): the mode runs here, beside the kernel."""
+    device = torch.device(job["device"])
+    shapes = shapes_from_dict(job["shapes"])
+    set_seed(job["secret"] or 42)
+    try:
+        kernel = load_kernel(_contestant(job["contestant"]))
+    except ContestantError as exc:
+        out.send({"event": "error", "message": str(exc)})
+        return
+    executor = LocalExecutor(kernel, make_timer(device, drain=False), rules=False)
+    harness = Harness(executor, Hardening.compat(), q_method="published",
+                      progress=lambda event: out.send({"event": "progress", "progress": event}))
+    mode = job["mode"]
+    if mode == "profile":
+        result, table = run_profile(harness, shapes, job["secret"], profiler=job.get("profiler", False))
+        out.send({"event": "case", "result": result.to_dict()})
+        out.send({"event": "profile", "table": table})
+    else:
+        for result in _MODES[mode](harness, shapes, job["secret"]):
             out.send({"event": "case", "result": result.to_dict()})
-            out.send({"event": "profile", "table": table})
-        else:
-            for result in _MODES[mode](harness, shapes, job["secret"]):
-                out.send({"event": "case", "result": result.to_dict()})
     out.send({"event": "done"})
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fd = int(argv[0])
-    job = json.loads(sys.stdin.readline())
-    sys.stdin.close()
+    stdin = sys.stdin.buffer
+    job = json.loads(stdin.readline())
     out = Writer(fd, job.pop("key"))
-    _run(job, out)
+    device = job["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        out.send({"event": "error", "message": "--device cuda asked for, but this machine has no CUDA device"})
+        return 0
+    with contest_modules(Path(job["contestant"]["path"]).parent):
+        if job["isolated"]:
+            set_seed(job["secret"] or 42)
+            _Server(job, out).serve(stdin)
+        else:
+            _run_in_process(job, out)
     os.close(fd)
     return 0
 

@@ -1,0 +1,106 @@
+"""Tensors the parent owns and the worker maps: how inputs reach the kernel and outputs come back.
+
+In a hardened run the parent makes every input and reads every output itself, so both live in
+memory the parent allocated and the worker only maps:
+
+- on CUDA, each buffer is a separate allocation from a memory pool of its own
+  (``torch.cuda.MemPool``), shared by CUDA IPC. IPC maps a whole allocator segment, so nothing
+  but handed-over buffers may live in those segments: the pristine copies the checker compares
+  against never share one with an input the kernel can write;
+- on the CPU, each buffer is a file in a private folder (``/dev/shm`` where it has room), mapped
+  shared by both processes with ``torch.from_file``.
+
+Each buffer is its own storage with no offset, as the contest's tensors are (kernels that cache
+CUDA graphs by pointer, or take a fast path for offset-free tensors, behave as they would there).
+The worker never allocates what the parent reads, so it cannot free memory under the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["HandoverArena", "attach"]
+
+_SHM = Path("/dev/shm")
+_SHM_HEADROOM = 2  # use /dev/shm only while it has twice the bytes asked for free
+
+
+@dataclass(frozen=True)
+class _FileSpec:
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def _dtype(name: str) -> torch.dtype:
+    value = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"not a torch dtype: {name}")
+    return value
+
+
+class HandoverArena:
+    """The parent's allocator of handed-over buffers for one device (see the module docstring).
+
+    ``new(shape)`` returns a zeroed float32 tensor and a picklable spec from which
+    :func:`attach` maps the same memory in the worker.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
+        self._folder: Path | None = None
+        self._names = count()
+
+    def new(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, Any]:
+        if self._pool is not None:
+            with torch.cuda.use_mem_pool(self._pool):
+                tensor = torch.zeros(shape, dtype=dtype, device=self.device)
+            from torch.multiprocessing.reductions import reduce_tensor
+
+            return tensor, reduce_tensor(tensor)
+        numel = 1
+        for size in shape:
+            numel *= size
+        path = self._cpu_folder(numel * dtype.itemsize) / f"t{next(self._names)}"
+        tensor = torch.from_file(str(path), shared=True, size=max(numel, 1), dtype=dtype)[:numel].view(shape)
+        return tensor, _FileSpec(str(path), shape, str(dtype))
+
+    def _cpu_folder(self, nbytes: int) -> Path:
+        if self._folder is None:
+            usable = _SHM.is_dir() and shutil.disk_usage(_SHM).free > _SHM_HEADROOM * max(nbytes, 1 << 26)
+            self._folder = Path(tempfile.mkdtemp(prefix="qrbench-handover-", dir=_SHM if usable else None))
+        return self._folder
+
+    def forget(self, spec: Any) -> None:
+        """Drop a CPU buffer's file once neither side maps it (CUDA buffers go with their tensor)."""
+        if isinstance(spec, _FileSpec):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spec.path)
+
+    def close(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def attach(spec: Any) -> torch.Tensor:
+    """The worker's view of a buffer the parent made with :meth:`HandoverArena.new`."""
+    if isinstance(spec, _FileSpec):
+        numel = 1
+        for size in spec.shape:
+            numel *= size
+        dtype = _dtype(spec.dtype)
+        return torch.from_file(spec.path, shared=True, size=max(numel, 1), dtype=dtype)[:numel].view(spec.shape)
+    rebuild, args = spec
+    return rebuild(*args)
+

@@ -1,0 +1,316 @@
+"""The parent's side of a hardened run: a worker that holds nothing but the kernel.
+
+The parent makes every input and writes it into memory it owns and the worker maps
+(:mod:`evaluator.handover`), flushes the L2 itself, asks the worker for one call or one timed
+repeat at a time, and reads the outputs back from its own buffers (:mod:`evaluator.delivery`).
+The worker reports only what it cannot help reporting: the CUDA-event time of a repeat (events
+must be recorded by the process that launches the work) and the form of each output. Every
+reported time is checked against the parent's own clock (:meth:`RemoteExecutor.timed`, rule
+``parent-clock``), with a hand-over allowance measured before the kernel was imported, when the
+worker was still the evaluator's own code.
+
+Commands go to the worker's stdin as length-prefixed pickles (the parent only ever writes
+pickles, never reads one); replies come back on the authenticated result channel as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import select
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+import torch
+
+from evaluator.channel import ChannelError, Reader
+from evaluator.delivery import received
+from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGone
+from evaluator.guards import rule_message
+from evaluator.handover import HandoverArena
+from evaluator.timing import L2Flush, Measurement, synchronize
+
+__all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "frame"]
+
+_TAIL_BYTES = 4000
+_CALIBRATION_REPEATS = 12
+_CALIBRATION_INPUTS = 32
+# The allowance is this many times the hand-over the parent measured (its 75th percentile), plus
+# a floor for host scheduling; the bandwidth term counts the bytes moved at half the measured rate.
+_ALLOWANCE_FACTOR = 2.0
+_ALLOWANCE_FLOOR_NS = {"cuda": 200e3, "cpu": 10e6}  # host scheduling: a loaded 2-core CPU box is slow
+_BANDWIDTH_BYTES = {"cuda": 64 << 20, "cpu": 16 << 20}
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    """One command as the worker reads it: a 4-byte length, then the pickle."""
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return struct.pack("<I", len(body)) + body
+
+
+class OutputTail:
+    """The last few kilobytes of a worker's stdout and stderr (a kernel may print megabytes)."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> int:
+        self.total += len(chunk)
+        self._data += chunk
+        del self._data[:-_TAIL_BYTES]
+        return len(chunk)
+
+    def text(self) -> str:
+        text = self._data.decode(errors="replace").strip()
+        return ("..." if self.total > _TAIL_BYTES else "") + text
+
+
+class WorkerLink:
+    """Commands to one worker and its replies, within the stage's deadline.
+
+    Every failure of the link itself (the worker died, went silent past the deadline, or broke
+    the channel) raises :class:`WorkerGone`, which ends the stage rather than one case.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], channel_fd: int, key: str, deadline: float,
+                 limit_s: float, mode: str) -> None:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        self.proc = proc
+        self.output = OutputTail()
+        self._channel_fd = channel_fd
+        self._out_fd = proc.stdout.fileno()
+        self._reader = Reader(key)
+        self._pending: list[dict[str, Any]] = []
+        self._deadline = deadline
+        self._limit = f"exceeded the {limit_s:.0f} s limit of {mode} mode"
+
+    def send_line(self, job: dict[str, Any]) -> None:
+        """The job, the worker's first stdin line (JSON)."""
+        self._write((json.dumps(job) + "\n").encode())
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._write(frame(message))
+
+    def _write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise self._gone() from None
+
+    def receive(self) -> dict[str, Any]:
+        """The next message; a kernel's exception comes back as :class:`KernelError`."""
+        while not self._pending:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerGone("timeout", self._limit)
+            ready, _, _ = select.select([self._channel_fd, self._out_fd], [], [], min(remaining, 1.0))
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if fd == self._out_fd:
+                    self.output.add(chunk)
+                    continue
+                if not chunk:
+                    raise self._gone()
+                try:
+                    self._pending += self._reader.feed(chunk)
+                except ChannelError as exc:
+                    raise WorkerGone("fail", rule_message("result-channel", str(exc))) from None
+        message = self._pending.pop(0)
+        if message.get("event") == "raised":
+            raise KernelError(str(message.get("message", "the kernel raised")))
+        if message.get("event") == "error":
+            raise WorkerGone("error", str(message.get("message", "worker error")))
+        if message.get("event") == "refused":
+            raise WorkerGone("fail", str(message.get("message", rule_message("sandbox", "refused"))))
+        return message
+
+    def ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
+        self.send(message)
+        reply = self.receive()
+        if reply.get("event") != expect:
+            raise WorkerGone("fail", rule_message("result-channel", f"expected a {expect!r} reply, got {reply!r:.80}"))
+        return reply
+
+    def _gone(self) -> WorkerGone:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            reason = "the worker closed its result channel"
+        elif code < 0:
+            reason = f"the worker was killed by signal {-code}"
+        else:
+            reason = f"the worker exited with code {code}"
+        tail = self.output.text()
+        return WorkerGone("crash", f"{reason} before finishing" + (f"; its output ended with:\n{tail}" if tail else ""))
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The hand-over share of a repeat the parent witnesses, measured before the kernel was
+    imported: a fixed part (flush, messages, events), a part per call (the worker's bookkeeping
+    and delivery of one output) and the bytes moved (fresh inputs in, outputs back)."""
+
+    fixed_ns: float
+    per_call_ns: float
+    bytes_per_s: float
+
+    def of(self, calls: int, nbytes: int) -> float:
+        return self.fixed_ns + calls * self.per_call_ns + 2 * nbytes / self.bytes_per_s
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class RemoteExecutor:
+    """Runs the kernel in a worker (see the module docstring) for the run modes."""
+
+    def __init__(self, link: WorkerLink, device: torch.device, arena: HandoverArena, rules: bool,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.link = link
+        self.device = device
+        self.arena = arena
+        self.rules = rules
+        self.timer_kind = "cuda-events" if device.type == "cuda" else "cpu-clock"
+        self._flush = L2Flush(device) if device.type == "cuda" else None
+        self._clock = clock
+        self._ids = count()
+        self.allowance: Allowance | None = None
+
+    # -- before the kernel is imported -------------------------------------------------------
+
+    def calibrate(self) -> Allowance:
+        """Time the hand-over while the worker is still only the evaluator: null repeats, and
+        repeats of a built-in kernel over many small inputs (for the per-call part)."""
+        null = [self._witness(None, lambda: None, deliver=False)[1] for _ in range(_CALIBRATION_REPEATS)]
+        tiny = self.hand([torch.zeros(1, 4, 4, device=self.device)] * _CALIBRATION_INPUTS)
+        try:
+            busy = [self._witness(tiny, lambda: None, deliver=True, builtin=True)[1]
+                    for _ in range(_CALIBRATION_REPEATS)]
+        finally:
+            self.release(tiny)
+        fixed = _quantile(null, 0.75)
+        per_call = max(0.0, _quantile(busy, 0.75) - fixed) / _CALIBRATION_INPUTS
+        floor = _ALLOWANCE_FLOOR_NS[self.device.type]
+        self.allowance = Allowance(_ALLOWANCE_FACTOR * fixed + floor, _ALLOWANCE_FACTOR * per_call,
+                                   self._bandwidth() / _ALLOWANCE_FACTOR)
+        return self.allowance
+
+    def _bandwidth(self) -> float:
+        """Bytes per second the parent copies on this device (read plus written)."""
+        src = torch.empty(_BANDWIDTH_BYTES[self.device.type], dtype=torch.uint8, device=self.device)
+        dst = torch.empty_like(src)
+        best = float("inf")
+        for _ in range(3):
+            synchronize()
+            start = self._clock()
+            dst.copy_(src)
+            synchronize()
+            best = min(best, self._clock() - start)
+        return 2 * src.numel() / max(best, 1.0) * 1e9
+
+    def load(self, contestant: dict[str, str]) -> None:
+        """Import the kernel in the worker (its sandbox closes first); a kernel that cannot be
+        loaded ends the stage with the worker's message."""
+        self.link.ask({"op": "load", "contestant": contestant}, "loaded")
+
+    # -- the Executor interface ---------------------------------------------------------------
+
+    def hand(self, tensors: Sequence[torch.Tensor]) -> Handed:
+        inputs, specs, outputs, out_specs = [], [], [], []
+        for t in tensors:
+            buffer, spec = self.arena.new(tuple(t.shape))
+            buffer.copy_(t)
+            inputs.append(buffer)
+            specs.append(spec)
+            batch, n = t.shape[0], t.shape[-1]
+            (h, h_spec), (tau, tau_spec) = self.arena.new((batch, n, n)), self.arena.new((batch, n))
+            outputs.append((h, tau))
+            out_specs.append((h_spec, tau_spec))
+        synchronize()
+        token = next(self._ids)
+        self.link.ask({"op": "hand", "id": token, "inputs": specs, "outputs": out_specs}, "handed")
+        return Handed(inputs, _Binding(token, outputs, specs + [s for pair in out_specs for s in pair]))
+
+    def call(self, handed: Handed, index: int, profile: Profile = "") -> Returned:
+        binding = _binding(handed)
+        reply = self.link.ask({"op": "call", "id": binding.token, "index": index, "profile": profile,
+                               "rules": self.rules}, "returned")
+        returned = self._returned(reply["form"], binding.outputs[index])
+        returned.table = str(reply.get("table", ""))
+        return returned
+
+    def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
+        reply, witness_ns = self._witness(handed, install, deliver)
+        binding = _binding(handed)
+        nbytes = sum(t.numel() * 4 for t in handed.tensors)
+        if deliver:
+            nbytes += sum(h.numel() * 4 + tau.numel() * 4 for h, tau in binding.outputs)
+        assert self.allowance is not None, "calibrate() first"
+        measurement = Measurement(float(reply["elapsed_ns"]), float(reply.get("tail_ns", 0.0)), witness_ns,
+                                  self.allowance.of(len(handed.tensors), nbytes))
+        if not deliver:
+            return measurement, []
+        forms = reply.get("forms", [])
+        if len(forms) != len(binding.outputs):
+            raise WorkerGone("fail", rule_message("result-channel", "a repeat reported the wrong number of outputs"))
+        return measurement, [self._returned(f, out) for f, out in zip(forms, binding.outputs, strict=True)]
+
+    def release(self, handed: Handed) -> None:
+        binding = _binding(handed)
+        self.link.ask({"op": "release", "id": binding.token}, "released")
+        handed.tensors.clear()
+        binding.outputs.clear()
+        for spec in binding.specs:
+            self.arena.forget(spec)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _witness(self, handed: Handed | None, install: Callable[[], None], deliver: bool,
+                 builtin: bool = False) -> tuple[dict[str, Any], float]:
+        """One timed repeat and the parent's own clock around it: from before the fresh inputs
+        start to land (so work done ahead of the worker's clock counts) to the report."""
+        start = self._clock()
+        install()
+        if self._flush is not None:
+            self._flush()  # the parent's own flush: the worker cannot skip it
+            synchronize()
+        token = None if handed is None else _binding(handed).token
+        reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
+                               "rules": self.rules}, "timed")
+        return reply, float(self._clock() - start)
+
+    def _returned(self, form: Any, buffers: tuple[torch.Tensor, torch.Tensor]) -> Returned:
+        if not isinstance(form, dict):
+            raise WorkerGone("fail", rule_message("result-channel", "a malformed output form"))
+        try:
+            output, problem = received(form, buffers)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkerGone("fail", rule_message("result-channel", f"a malformed output form: {exc}")) from None
+        return Returned(output, problem)
+
+
+@dataclass
+class _Binding:
+    token: int
+    outputs: list[tuple[torch.Tensor, torch.Tensor]]
+    specs: list[Any]
+
+
+def _binding(handed: Handed) -> _Binding:
+    if not isinstance(handed.token, _Binding):
+        raise TypeError("these inputs were not handed over by this executor")
+    return handed.token
