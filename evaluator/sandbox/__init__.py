@@ -1,0 +1,44 @@
+"""Operating-system containment of a worker (issue #17): what a kernel cannot reach or leave behind.
+
+Each module has one job: :mod:`.prctl` (Linux process switches), :mod:`.children` (kill what a
+stage left running), :mod:`.scratch` (the worker's only writable directory and environment),
+:mod:`.audit` (the worker's audit hook), :mod:`.snapshot` (what a stage changed in the project).
+
+The parent, around each stage::
+
+    scratch = Scratch.for_contestant(contestant.sha256); scratch.reset_tmp(); set_dumpable(False)
+    snapshot = ProjectSnapshot.take(files=[shapes.path])
+    with contained_children() as swept, no_bytecode():  # spawn with env=worker_env(env, scratch)
+        ...  # run the worker and wait for it
+    changed = snapshot.changes(); snapshot.restore(changed)  # then report swept.killed, changed
+
+The worker, after its own imports and before the kernel's::
+
+    set_dumpable(False); refusals = install_audit_hook([scratch_dir])
+"""
+
+from evaluator.sandbox.audit import EXIT_UNREPORTED, RULE, install_audit_hook
+from evaluator.sandbox.children import SweepReport, contained_children, sweep
+from evaluator.sandbox.prctl import is_child_subreaper, is_dumpable, set_child_subreaper, set_dumpable
+from evaluator.sandbox.scratch import Scratch, scratch_root, worker_env
+from evaluator.sandbox.snapshot import Change, ProjectSnapshot, no_bytecode, project_paths
+
+__all__ = [
+    "EXIT_UNREPORTED",
+    "RULE",
+    "Change",
+    "ProjectSnapshot",
+    "Scratch",
+    "SweepReport",
+    "contained_children",
+    "install_audit_hook",
+    "is_child_subreaper",
+    "is_dumpable",
+    "no_bytecode",
+    "project_paths",
+    "scratch_root",
+    "set_child_subreaper",
+    "set_dumpable",
+    "sweep",
+    "worker_env",
+]

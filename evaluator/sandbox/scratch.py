@@ -1,0 +1,88 @@
+"""A worker's only writable place: a per-contestant scratch directory, and the environment that
+points every cache and temporary directory an honest kernel touches into it.
+
+Layout under ``$XDG_CACHE_HOME/qrbench/scratch/<sha256[:16]>`` (``~/.cache`` by default):
+``tmp/`` (``TMPDIR``, emptied before each stage), ``home/`` (``HOME``: whatever writes to ``~``
+lands here, not in a home other contestants' workers and the evaluator read), and compile caches
+kept between runs so a kernel recompiles only once: ``triton/`` (``TRITON_CACHE_DIR``,
+``TRITON_HOME``), ``inductor/`` (``TORCHINDUCTOR_CACHE_DIR``), ``torch_extensions/``
+(``load_inline``), ``cuda/`` (``CUDA_CACHE_PATH``, the driver's PTX JIT cache). Caches are per
+contestant, so a kernel can poison only its own. The evaluator never reads this directory: it
+must stay off the worker's ``sys.path`` and out of ``PYTHONPYCACHEPREFIX`` (which is why
+:func:`worker_env` drops that variable and sets ``PYTHONSAFEPATH``: ``python -m`` would
+otherwise put the working directory first on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Scratch", "scratch_root", "worker_env"]
+
+_CACHE_DIRS = ("tmp", "home", "triton", "inductor", "torch_extensions", "cuda")
+# Would make the worker read or write bytecode somewhere a kernel can write, or run code at start.
+_DROPPED = ("PYTHONPYCACHEPREFIX", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE")
+
+
+def scratch_root(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CACHE_HOME/qrbench/scratch``, else ``~/.cache/qrbench/scratch``."""
+    environ = os.environ if environ is None else environ
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
+    return Path(cache).resolve() / "qrbench" / "scratch"
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """One contestant's scratch directory (see the module docstring for its layout)."""
+
+    path: Path
+
+    @classmethod
+    def for_contestant(cls, sha256: str, root: Path | None = None) -> Scratch:
+        """The scratch directory of the contestant whose file hashes to ``sha256``, created (mode 700)."""
+        if len(sha256) < 16 or not all(c in "0123456789abcdef" for c in sha256):
+            raise ValueError(f"not a hex SHA-256: {sha256!r}")
+        scratch = cls((scratch_root() if root is None else root).resolve() / sha256[:16])
+        for name in _CACHE_DIRS:
+            (scratch.path / name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        return scratch
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / "tmp"
+
+    def reset_tmp(self) -> None:
+        """Empty ``tmp/`` (before each stage, so no stage finds what an earlier one left)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def env(self) -> dict[str, str]:
+        """The variables that point caches, temporary files and ``~`` into this directory."""
+        path = self.path
+        return {
+            "TMPDIR": str(path / "tmp"),
+            "HOME": str(path / "home"),
+            "XDG_CACHE_HOME": str(path / "home" / ".cache"),
+            "TRITON_HOME": str(path / "triton"),
+            "TRITON_CACHE_DIR": str(path / "triton" / "cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(path / "inductor"),
+            "TORCH_EXTENSIONS_DIR": str(path / "torch_extensions"),
+            "CUDA_CACHE_PATH": str(path / "cuda"),
+            "MPLCONFIGDIR": str(path / "home" / ".config" / "matplotlib"),
+        }
+
+
+def worker_env(base: Mapping[str, str], scratch: Scratch) -> dict[str, str]:
+    """``base`` (the runner's worker environment) with the scratch variables, no bytecode
+    writing (so any bytecode that changes during a stage is not the worker's doing), and no
+    working directory on ``sys.path``."""
+    env = {key: value for key, value in base.items() if key not in _DROPPED}
+    env.update(scratch.env())
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONSAFEPATH"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"
+    return env

@@ -1,0 +1,353 @@
+"""The worker's OS containment (evaluator/sandbox): each test mounts one of issue #17's attacks,
+or one thing an honest kernel does, against the real mechanism (processes, /proc, audit hooks)."""
+
+from __future__ import annotations
+
+import dis
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from evaluator.sandbox import (
+    EXIT_UNREPORTED,
+    ProjectSnapshot,
+    Scratch,
+    contained_children,
+    install_audit_hook,
+    is_child_subreaper,
+    is_dumpable,
+    no_bytecode,
+    set_dumpable,
+    worker_env,
+)
+from evaluator.sandbox.children import children
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's")
+
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+
+
+def _python(code: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True,
+                          timeout=timeout, cwd="/")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# -- descendants die with the worker ---------------------------------------------------------
+
+ESCAPE = """
+    import os, sys, time
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, f"{os.getpid()}\\n".encode())
+            time.sleep(120)
+        os._exit(0)
+    print(os.read(read, 64).decode().strip(), flush=True)
+"""
+
+
+def test_a_double_forked_setsid_grandchild_is_swept() -> None:
+    with contained_children() as report:
+        worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ESCAPE)], stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        assert worker.stdout is not None
+        grandchild = int(worker.stdout.readline())  # the grandchild holds stdout open: no communicate()
+        worker.wait(timeout=30)
+        worker.stdout.close()
+        assert _alive(grandchild), "the escape did not outlive its worker"
+    assert report.subreaper
+    assert is_child_subreaper()
+    assert grandchild in [pid for pid, _ in report.killed]
+    assert "killed" in report.describe()
+    assert not _alive(grandchild)  # killed and reaped (a zombie would still answer)
+
+
+def test_the_sweep_spares_children_from_before_the_stage() -> None:
+    earlier = subprocess.Popen(["sleep", "30"])
+    try:
+        with contained_children() as report:
+            pass
+        assert report.killed == []
+        assert _alive(earlier.pid)
+        assert earlier.pid in children()
+    finally:
+        earlier.kill()
+        earlier.wait()
+
+
+# -- other processes' descriptors ------------------------------------------------------------
+
+def _wait_ok(pid: int) -> bool:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _fd_open_by_same_uid(dumpable: bool) -> bool:
+    """Whether an unprivileged process can open a pipe of another process of its own uid."""
+    ready_r, ready_w = os.pipe()
+    target = os.fork()
+    if target == 0:  # the "parent" being attacked: holds a pipe of its own, non-dumpable or not
+        try:
+            os.setuid(NOBODY)
+            set_dumpable(dumpable)
+            _, pipe_w = os.pipe()
+            os.write(ready_w, f"{pipe_w:4d}".encode())
+            time.sleep(10)
+        finally:
+            os._exit(0)
+    pipe_w = int(os.read(ready_r, 4))
+    attacker = os.fork()
+    if attacker == 0:  # fork without exec: python itself is not readable by nobody here
+        try:
+            os.setuid(NOBODY)
+            os.close(os.open(f"/proc/{target}/fd/{pipe_w}", os.O_WRONLY))
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    opened = _wait_ok(attacker)
+    os.kill(target, signal.SIGKILL)
+    os.waitpid(target, 0)
+    os.close(ready_r)
+    os.close(ready_w)
+    return opened
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+def test_a_non_dumpable_process_keeps_its_descriptors_from_its_own_uid() -> None:
+    assert _fd_open_by_same_uid(dumpable=True), "the control failed: /proc/<pid>/fd was not reachable at all"
+    assert not _fd_open_by_same_uid(dumpable=False)
+
+
+def test_set_dumpable_sets_the_flag() -> None:
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if set_dumpable(False) and not is_dumpable() else 1)
+    assert _wait_ok(child)
+    assert is_dumpable()  # only the child changed
+
+
+# -- scratch directory and environment -------------------------------------------------------
+
+def test_the_environment_points_every_cache_into_scratch(tmp_path: Path) -> None:
+    scratch = Scratch.for_contestant("0123456789abcdef" * 4, root=tmp_path)
+    env = worker_env({"PATH": "/bin", "PYTHONPYCACHEPREFIX": "/somewhere", "HOME": "/root"}, scratch)
+    for name in ("TMPDIR", "HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+                 "CUDA_CACHE_PATH", "XDG_CACHE_HOME"):
+        assert Path(env[name]).is_relative_to(scratch.path), name
+    assert scratch.path == tmp_path / "0123456789abcdef"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env["PYTHONSAFEPATH"] == "1"
+    assert env["PATH"] == "/bin"
+    assert "PYTHONPYCACHEPREFIX" not in env
+
+
+def test_tmp_is_emptied_per_stage_and_caches_are_kept(tmp_path: Path) -> None:
+    scratch = Scratch.for_contestant("ab" * 32, root=tmp_path)
+    (scratch.tmp / "left").write_text("x")
+    (scratch.path / "triton" / "kept").write_text("x")
+    scratch.reset_tmp()
+    assert list(scratch.tmp.iterdir()) == []
+    assert (scratch.path / "triton" / "kept").exists()
+    with pytest.raises(ValueError, match="SHA-256"):
+        Scratch.for_contestant("../../etc", root=tmp_path)
+
+
+# -- the audit hook --------------------------------------------------------------------------
+
+ATTEMPTS = """
+    import gc, json, os, signal, subprocess, sys, threading
+    scratch, outside = sys.argv[1], sys.argv[2]
+    from evaluator.sandbox import install_audit_hook
+    refusals = install_audit_hook([scratch])
+    results = {}
+    def attempt(name, action):
+        try:
+            action()
+            results[name] = "allowed"
+        except PermissionError as exc:
+            results[name] = "refused" if str(exc).startswith("[rule sandbox]") else f"error {exc}"
+    attempt("setprofile", lambda: sys.setprofile(lambda *a: None))
+    attempt("settrace", lambda: sys.settrace(lambda *a: None))
+    attempt("gc.get_objects", gc.get_objects)
+    attempt("gc.get_referrers", lambda: gc.get_referrers(results))
+    attempt("os.fork", os.fork)
+    attempt("write outside", lambda: open(os.path.join(outside, "pyc"), "wb").close())
+    attempt("os.open outside", lambda: os.open(os.path.join(outside, "x"), os.O_WRONLY | os.O_CREAT))
+    attempt("rename outside", lambda: os.rename(os.path.join(scratch, "x"), os.path.join(outside, "x")))
+    attempt("symlink outside", lambda: os.symlink(outside, os.path.join(scratch, "link")))
+    attempt("hard link outside", lambda: os.link(sys.executable, os.path.join(scratch, "hard")))
+    attempt("dir fd outside", lambda: os.open(outside, os.O_RDONLY))
+    attempt("parent's fds", lambda: open(f"/proc/{os.getppid()}/fd/0", "rb"))
+    attempt("SIGSTOP the parent", lambda: os.kill(os.getppid(), signal.SIGSTOP))
+    attempt("write scratch", lambda: open(os.path.join(scratch, "x"), "w").close())
+    attempt("read anywhere", lambda: open("/etc/hostname" if os.path.exists("/etc/hostname") else sys.executable,
+                                          "rb").close())
+    attempt("remove in scratch", lambda: os.remove(os.path.join(scratch, "x")))
+    attempt("subprocess", lambda: subprocess.run(["true"], check=True))
+    attempt("signal own child", lambda: subprocess.Popen(["sleep", "10"]).kill())
+    attempt("probe the parent", lambda: os.kill(os.getppid(), 0))
+    hooked = []
+    sys.addaudithook(lambda *a: hooked.append(a))  # refused silently, as Python does
+    results["addaudithook"] = "allowed" if hooked else "refused"
+    results["recorded"] = len(refusals())
+    print(json.dumps(results))
+"""
+REFUSED = ["setprofile", "settrace", "gc.get_objects", "gc.get_referrers", "os.fork", "write outside",
+           "os.open outside", "rename outside", "symlink outside", "hard link outside", "dir fd outside",
+           "parent's fds", "SIGSTOP the parent", "addaudithook"]
+ALLOWED = ["write scratch", "read anywhere", "remove in scratch", "subprocess", "signal own child",
+           "probe the parent"]
+
+
+@pytest.fixture(scope="module")
+def attempts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    scratch, outside = tmp_path_factory.mktemp("scratch"), tmp_path_factory.mktemp("outside")
+    (scratch / "x").write_text("x")
+    full = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(ATTEMPTS), str(scratch), str(outside)], env=full,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert list(outside.iterdir()) == []
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_the_hook_refuses(attempts: dict[str, object], name: str) -> None:
+    assert attempts[name] == "refused"
+
+
+@pytest.mark.parametrize("name", ALLOWED)
+def test_the_hook_allows(attempts: dict[str, object], name: str) -> None:
+    assert attempts[name] == "allowed"
+
+
+def test_every_refusal_is_recorded(attempts: dict[str, object]) -> None:
+    assert attempts["recorded"] == len(REFUSED)
+
+
+def test_a_worker_that_cannot_report_a_refusal_ends(tmp_path: Path) -> None:
+    done = _python(f"""
+        import os, sys
+        from evaluator.sandbox import install_audit_hook
+        read, write = os.pipe()
+        install_audit_hook([{str(tmp_path)!r}], report_fd=write)
+        os.close(write)
+        try:
+            sys.settrace(None)
+        except PermissionError:
+            pass
+        print("still running")
+    """)
+    assert done.returncode == EXIT_UNREPORTED
+    assert "still running" not in done.stdout
+
+
+def test_the_hook_looks_nothing_up_when_called() -> None:
+    """A kernel that rebinds ``os.lstat``, a builtin or a module global cannot run code inside it."""
+
+    def nested(code: types.CodeType) -> list[types.CodeType]:
+        inner = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        return inner + [deeper for c in inner for deeper in nested(c)]
+
+    for code in nested(install_audit_hook.__code__):
+        names = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+        assert names == [], f"{code.co_name} looks up {names}"
+
+
+HONEST = """
+    import os, sys
+    import torch
+    from evaluator.sandbox import install_audit_hook
+    refusals = install_audit_hook([os.environ["SCRATCH"]])
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+
+    x = torch.randn(100)
+    y = torch.empty(100)
+    add_one[(4,)](x, y, 100, BLOCK=32)
+    assert torch.equal(y, x + 1)
+    compiled = torch.compile(lambda a: (a.sin() * 2 + 1).sum(0))
+    a = torch.randn(64, 64)
+    assert torch.allclose(compiled(a), (a.sin() * 2 + 1).sum(0), atol=1e-4)
+    assert refusals() == (), refusals()
+    print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_honest_kernels_run_under_the_hook(request: pytest.FixtureRequest) -> None:
+    """torch.compile (inductor, gcc) and a Triton interpreter kernel, in the worker's environment.
+    The scratch lives in pytest's cache, so compile caches make later runs faster, as in real use."""
+    scratch = Scratch.for_contestant("5a" * 32, root=Path(request.config.cache.mkdir("qrbench-sandbox")))
+    scratch.reset_tmp()
+    env = worker_env(os.environ, scratch) | {"SCRATCH": str(scratch.path), "TRITON_INTERPRET": "1"}
+    done = _python(HONEST, env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
+
+# -- project integrity -----------------------------------------------------------------------
+
+def test_the_snapshot_finds_planted_bytecode_and_a_rewritten_shape_file(tmp_path: Path) -> None:
+    tree = tmp_path / "evaluator"
+    (tree / "__pycache__").mkdir(parents=True)
+    (tree / "runner.py").write_text("x = 1\n")
+    genuine = tree / "__pycache__" / "runner.cpython-311.pyc"
+    genuine.write_bytes(b"genuine")
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("n: 16\n")
+    snapshot = ProjectSnapshot.take([tree], files=[shapes], shallow=[])
+
+    planted = tree / "__pycache__" / "worker.cpython-311.pyc"
+    planted.write_bytes(b"forged")
+    before = shapes.stat()
+    shapes.write_text("n: 99\n")  # same size, and the old mtime put back: only ctime tells
+    os.utime(shapes, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    found = {(change.path, change.kind) for change in snapshot.changes()}
+    assert found == {(planted, "added"), (shapes, "changed")}
+    assert snapshot.restore() == [planted]
+    assert not planted.exists()
+    assert genuine.exists()
+    assert {change.path for change in snapshot.changes()} == {shapes}
+
+
+def test_the_snapshot_of_the_project_takes_milliseconds() -> None:
+    started = time.perf_counter()
+    snapshot = ProjectSnapshot.take()
+    changes = snapshot.changes()
+    elapsed = time.perf_counter() - started
+    assert len(snapshot.states) > 50
+    assert changes == []
+    assert elapsed < 0.5, f"{elapsed:.3f} s"
+
+
+def test_no_bytecode_holds_only_inside() -> None:
+    before = sys.dont_write_bytecode
+    with no_bytecode():
+        assert sys.dont_write_bytecode
+    assert sys.dont_write_bytecode == before
