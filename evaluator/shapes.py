@@ -1,10 +1,13 @@
 """Shape sets: the cases a run covers, loaded from YAML files and validated field by field.
 
 A shape file uses the schema of the contest's ``shapes.yaml``: ``name``, ``timeouts_s`` per mode,
-``tests`` and ``benchmarks`` as lists of ``{batch, n, cond, seed[, case]}``. An optional
-``timing`` section overrides the contest's repeat counts and time budgets (SPEC §4), which a
-CPU smoke set needs to finish in seconds. Every problem is reported as
-``<file>: <entry>: <problem>``.
+``tests`` and ``benchmarks`` as lists of ``{batch, n, cond, seed[, case]}``, and free text in
+``source``, ``description`` or ``ranking``. An optional ``timing`` section overrides the contest's
+repeat counts and time budgets (docs/problem.md, "Timing"), which a CPU set needs to finish in
+seconds. Every problem is reported as ``<file>: <entry>: <problem>``: unknown keys are refused
+(a misspelt ``timing`` would otherwise run the contest's two-minute timed passes), and so is a
+case whose input cannot fit on any device (:data:`MAX_INPUT_BYTES`), which would otherwise fail
+as the kernel's out-of-memory error.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import yaml
 from reference.inputs import CASES
 
 __all__ = [
+    "MAX_INPUT_BYTES",
     "MODES",
     "SHAPES_DIR",
     "Case",
@@ -31,6 +35,13 @@ __all__ = [
 SHAPES_DIR = Path(__file__).resolve().parents[1] / "shapes"
 MODES = ("test", "benchmark", "leaderboard", "profile")
 _CASE_KEYS = ("batch", "n", "cond", "seed", "case")
+_TEXT_KEYS = ("source", "description", "ranking")
+_TOP_KEYS = ("name", *_TEXT_KEYS, "timeouts_s", "timing", "tests", "benchmarks")
+# The largest input a case may have (batch * n * n FP32 values). A run holds the input, the
+# output, fresh copies for the timed repeats and the checker's FP64 products, several times the
+# input: beyond 16 GiB no GPU (H200 141 GB, B200 180 GB) can hold a case. The contest's largest
+# is 640 x 512 x 512, 0.67 GB.
+MAX_INPUT_BYTES = 16 * 1024**3
 
 
 class ShapeFileError(ValueError):
@@ -93,7 +104,8 @@ class Case:
 
 @dataclass(frozen=True)
 class Timing:
-    """Repeat counts and budgets of the timed modes (SPEC §4); the defaults are the contest's."""
+    """Repeat counts and budgets of the timed modes (docs/problem.md, "Timing"); the defaults are
+    the contest's."""
 
     max_inputs: int = 50
     input_bytes_target: int = 256 * 1024 * 1024
@@ -120,6 +132,7 @@ class ShapeSet:
     timeouts_s: dict[str, float]
     timing: Timing = field(default_factory=Timing)
     description: str = ""
+    timing_given: bool = False  # the file has a ``timing`` section (else the contest's protocol)
 
     def cases(self, mode: str) -> tuple[Case, ...]:
         """The cases a mode runs: tests for ``test``, benchmarks for the others."""
@@ -128,6 +141,14 @@ class ShapeSet:
     def timeout_s(self, mode: str) -> float:
         """Wall-time limit of a whole run in ``mode`` (profile shares the benchmark limit)."""
         return self.timeouts_s.get(mode, self.timeouts_s.get("benchmark", 480.0))
+
+    def timing_note(self, device: str) -> str | None:
+        """A one-line note for a CPU run of a file without ``timing``: its timed passes follow the
+        contest's GPU protocol (up to 1000 repeats and 30 s a case), which on a CPU takes minutes."""
+        if device != "cpu" or self.timing_given:
+            return None
+        return (f"note: {self.path} has no timing section, so its timed passes use the contest's GPU protocol "
+                "(up to 1000 repeats, 30 s a case); on a CPU add one as shapes/smoke.yaml does")
 
 
 def _is_int(value: object) -> bool:
@@ -150,6 +171,10 @@ def _parse_case(where: str, raw: object) -> Case:
     for key in ("batch", "n"):
         if raw[key] <= 0:
             raise ShapeFileError(f"{where}: {key} must be positive, got {raw[key]}")
+    size = 4 * raw["batch"] * raw["n"] ** 2
+    if size > MAX_INPUT_BYTES:
+        raise ShapeFileError(f"{where}: batch {raw['batch']} x n {raw['n']} is a {size / 1024**3:.3g} GiB input, "
+                             f"over the {MAX_INPUT_BYTES // 1024**3} GiB any device can hold with its checks")
     if raw["cond"] < 0:
         raise ShapeFileError(f"{where}: cond must be non-negative, got {raw['cond']}")
     case = raw.get("case")
@@ -212,6 +237,9 @@ def load_shapes(path: str | Path) -> ShapeSet:
         raise ShapeFileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict):
         raise ShapeFileError(f"{path}: expected a mapping with name, timeouts_s, tests and benchmarks")
+    unknown = sorted(map(str, set(doc) - set(_TOP_KEYS)))
+    if unknown:
+        raise ShapeFileError(f"{path}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(_TOP_KEYS)})")
     name = doc.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise ShapeFileError(f"{path}: name: expected a non-empty string, got {name!r}")
@@ -223,6 +251,7 @@ def load_shapes(path: str | Path) -> ShapeSet:
         timeouts_s=_parse_timeouts(path, doc.get("timeouts_s", {})),
         timing=_parse_timing(path, doc.get("timing")),
         description=str(doc.get("source", doc.get("description", ""))),
+        timing_given=doc.get("timing") is not None,
     )
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evaluator.shapes import Case, ShapeFileError, load_shapes, resolve_shapes
+from evaluator.cli import main
+from evaluator.shapes import MAX_INPUT_BYTES, Case, ShapeFileError, load_shapes, resolve_shapes
 from reference import CASES
 from tests.conftest import GOLDEN
 
@@ -71,6 +72,9 @@ def _doc(**overrides: object) -> dict:
         (_doc(timeouts_s={"tset": 3}), "timeouts_s.tset: unknown mode"),
         (_doc(timing={"max_inputs": 0}), "timing.max_inputs: expected a positive integer"),
         (_doc(timing={"budget": 1}), "timing.budget: unknown setting"),
+        (_doc(timings={"max_inputs": 1}), "unknown key(s) timings (allowed: name, "),
+        (_doc(benchmarks=[{"batch": 1, "n": 100_000, "cond": 1, "seed": 1}]),
+         "benchmarks[0]: batch 1 x n 100000 is a 37.3 GiB input, over the 16 GiB"),
         ("tests: [", "not valid YAML"),
         ("- 1\n- 2\n", "expected a mapping"),
     ],
@@ -93,3 +97,29 @@ def test_timing_overrides_are_read(tmp_path: Path) -> None:
     assert shapes.timing.max_inputs == 3
     assert shapes.timing.benchmark_budget_s == 0.5
     assert shapes.timing.leaderboard_budget_s == 30.0
+
+
+def test_the_size_cap_admits_every_contest_case_and_the_largest_fitting_input(tmp_path: Path) -> None:
+    largest = max(c.input_bytes for c in resolve_shapes("qr_v2").cases("benchmark"))
+    assert largest < MAX_INPUT_BYTES / 16
+    n = 65536  # one matrix of exactly the cap
+    assert load_shapes(_write(tmp_path, _doc(tests=[{**GOOD_CASE, "batch": 1, "n": n}]))).tests[0].input_bytes == (
+        MAX_INPUT_BYTES)
+    with pytest.raises(ShapeFileError, match="tests\\[0\\]: batch 2 x n 65536"):
+        load_shapes(_write(tmp_path, _doc(tests=[{**GOOD_CASE, "batch": 2, "n": n}])))
+
+
+def test_the_cli_refuses_a_bad_shape_file_with_113(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, _doc(timings={"max_inputs": 1}))
+    assert main(["test", "geqrf", "--device", "cpu", "--shapes", str(path), "--json", str(tmp_path / "r.json")]) == 113
+    assert f"bad shape file: {path}: unknown key(s) timings" in capsys.readouterr().err
+
+
+def test_a_cpu_run_of_a_file_without_timing_gets_a_note(tmp_path: Path) -> None:
+    plain = load_shapes(_write(tmp_path, _doc()))
+    assert plain.timing_note("cpu") == (
+        f"note: {plain.path} has no timing section, so its timed passes use the contest's GPU protocol "
+        "(up to 1000 repeats, 30 s a case); on a CPU add one as shapes/smoke.yaml does")
+    assert plain.timing_note("cuda") is None  # the contest's protocol is what a GPU run wants
+    assert resolve_shapes("smoke").timing_note("cpu") is None
+    assert resolve_shapes("qr_v2").timing_note("cpu") is not None
