@@ -1,5 +1,6 @@
-"""reference_kernels.export: the one-file submission runs without the repository, and names that
-collide between inlined modules are renamed without touching parameters or locals."""
+"""reference_kernels.export: the one-file submission runs without the repository, passes the
+contest service's submission gates, and names that collide between inlined modules are renamed
+without touching parameters or locals."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from types import ModuleType
 import pytest
 
 import reference_kernels
+from evaluator.precheck import RULES, precheck_source
 from reference import generate_input, verdict
 from reference_kernels.export import ExportError, export_source, main
 
@@ -59,6 +61,15 @@ def test_exported_blocked_wy_runs_standalone(tmp_path: Path) -> None:
         v = verdict(a, out)
         assert v.passed, v.message
         assert v.diagnostics["scaled_factor_residual"] <= 4.0
+
+
+@pytest.mark.parametrize("package", ["blocked_wy", "cholesky_orhr"])
+def test_exported_reference_kernels_pass_the_contest_services_gates(package: str) -> None:
+    """No "stream" anywhere (the service refuses the word), and kernelguard does not filter them."""
+    gates = precheck_source(export_source(package).encode(), f"{package}.py", "leaderboard")
+    assert gates.passed, gates.reason
+    assert gates.outcomes == dict.fromkeys(RULES, "pass")
+    assert gates.kernelguard["result"]["should_filter"] is False
 
 
 def _probe_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, core: str) -> str:

@@ -237,8 +237,8 @@ def _fused_update_kernel(
     STAGES: tl.constexpr,
 ):
     """dst[:, strip] = src[:, strip] - V (T^T (V^T src[:, strip])) for one BN-column strip of one
-    matrix in one program: W of the strip by streaming its rows (PBM at a time), then the
-    subtraction streaming them again (SBM at a time) from the last, the rows most likely still in
+    matrix in one program: W of the strip by sweeping its rows (PBM at a time), then the
+    subtraction sweeping them again (SBM at a time) from the last, the rows most likely still in
     L2. Against the two launches: no W round trip through memory and, where L2 holds the strip,
     one pass over C fewer; but only strips x batch programs."""
     pid_n = tl.program_id(0)
@@ -280,7 +280,7 @@ def wy_update(
 
     V is b x m x nb, T b x nb x nb (nb a power of two >= 16), c and src b x m x ncols views sharing
     one layout, every last dimension of unit stride. The first launch forms W = T^T V^T s (one
-    program per column strip and row part, streaming the rows; a small batch splits the rows
+    program per column strip and row part, sweeping the rows; a small batch splits the rows
     into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
     With ``tiles.fused`` one launch does both, a program per column strip.
     """

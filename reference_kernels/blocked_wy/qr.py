@@ -69,9 +69,10 @@ class Plan:
       floats of the tile per thread, at most 16 warps.
     - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches, or of its one fused
       launch (``mixed``: of its subtraction).
-    - ``graph``: replay a captured CUDA graph (ignored off CUDA and inside another capture), which
-      copies the input into its buffers and the outputs out; without it the launches are issued
-      eagerly and an update of ``TRITON_SUBTRACTION`` folds the input copy into the first update.
+    - ``graph``: replay a captured CUDA graph (ignored off CUDA; a caller capturing a graph of its
+      own around ``qr`` passes False), which copies the input into its buffers and the outputs out;
+      without it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the
+      input copy into the first update.
     """
 
     nb: int
@@ -255,13 +256,9 @@ class _GraphedQR:
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
         self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
-        current = torch.cuda.current_stream(like.device)
-        side = torch.cuda.Stream(like.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            # Warm-up outside the capture: compiles the Triton kernels, creates cuBLAS handles.
-            _factor_in_place(self.h, self.tau, plan)
-        current.wait_stream(side)
+        # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
+        # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
+        _factor_in_place(self.h, self.tau, plan)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             _factor_in_place(self.h, self.tau, plan)
@@ -305,7 +302,7 @@ def qr(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
-    Outputs are fresh tensors; ``a`` is left unchanged; all work is queued on the current stream.
+    Outputs are fresh tensors; ``a`` is left unchanged; all work is queued in the caller's CUDA order.
     ``plan`` replaces :func:`default_plan`; keyword arguments override single fields (``leaf`` is
     capped at ``nb``).
     """
@@ -328,7 +325,7 @@ def qr(
         factor_matrices(a, h, tau, plan.one_reduction, plan.panel_warps, plan.two_columns)
         return h, tau
     with ieee_fp32():
-        if plan.graph and a.is_cuda and not torch.cuda.is_current_stream_capturing():
+        if plan.graph and a.is_cuda:
             return _graphed(a, plan)
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)

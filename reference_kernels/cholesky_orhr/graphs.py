@@ -15,18 +15,14 @@ Out = TypeVar("Out")
 
 class Graphed(Generic[Out]):
     """``fn(*inputs)`` captured once for the shapes, dtypes and device of ``example``; a call copies
-    its inputs into the captured ones and replays on the current stream. The outputs are the same
-    tensors every call (valid until the next replay): callers copy out what they return."""
+    its inputs into the captured ones and replays in the caller's CUDA order. The outputs are the
+    same tensors every call (valid until the next replay): callers copy out what they return."""
 
     def __init__(self, fn: Callable[..., Out], *example: torch.Tensor) -> None:
         self.inputs = tuple(x.clone() for x in example)
-        current = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            # Warm-up outside the capture: compiles the Triton kernels, creates cuBLAS handles.
-            fn(*self.inputs)
-        current.wait_stream(side)
+        # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
+        # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
+        fn(*self.inputs)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.outputs = fn(*self.inputs)

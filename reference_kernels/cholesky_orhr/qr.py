@@ -23,7 +23,7 @@ with the first ones: with inputs that change every call (the evaluator's fresh-i
 handful of matrices a dense batch sends on would otherwise meet a new size, hence a capture,
 inside many timed calls. Small matrices (n <= ``Plan.whole_max``) first try the whole algorithm in
 one kernel (``kernels.whole_qr``); if it declines any, the batch takes the general path. Outputs
-are fresh tensors; all work is on the current stream and complete on return.
+are fresh tensors; all work is in the caller's CUDA order and complete on return.
 """
 
 from __future__ import annotations
@@ -134,14 +134,14 @@ class _Passes:
 
 class _Runner:
     """Everything for one (shape, device, plan): the structure step, the passes per width, the
-    fallback. Graphed on CUDA when the plan says so (and not inside someone else's capture), else
-    eager with the same synchronisations."""
+    fallback. Graphed on CUDA when the plan says so (a caller capturing a graph of its own around
+    ``qr`` passes a plan with ``graph=False``), else eager with the same synchronisations."""
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
         self.plan = plan
         self.batch, self.n, _ = like.shape
         self.probes = probe_matrix(self.n, like.device)
-        self.graph = plan.graph and like.is_cuda and not torch.cuda.is_current_stream_capturing()
+        self.graph = plan.graph and like.is_cuda
         self._structure: Graphed[Structure] | None = None
         self._passes: dict[int, _Passes] = {}
 
