@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import time
@@ -149,7 +150,11 @@ class WorkerLink:
         if code is None:
             reason = "the worker closed its result channel"
         elif code < 0:
-            reason = f"the worker was killed by signal {-code}"
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            reason = f"the worker was killed by {name}"
         else:
             reason = f"the worker exited with code {code}"
         tail = self.output.text()
