@@ -305,8 +305,8 @@ def _whole_kernel(a, h, tau, done, n, tight, BLOCK: tl.constexpr):
     ok = (lower > 0) & (empty_column == 0) & (failed == 0) & (loss <= tight)  # NaN loss: not ok
     lu, _, _, taus, signs = _lu_sweep(q, rows, cols, n, 1, INVERSES=False)
     out = tl.where(r2 > c2, lu, signs[:, None] * r)
-    tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=inside & ok)
-    tl.store(tau + pid * n + cols, taus.to(tau.dtype.element_ty), mask=(cols < n) & ok)
+    tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=tl.where(ok, inside, False))
+    tl.store(tau + pid * n + cols, taus.to(tau.dtype.element_ty), mask=tl.where(ok, cols < n, False))
     tl.store(done + pid, tl.where(ok, 1, 0).to(tl.int8))
 
 
@@ -352,7 +352,7 @@ def _assemble_kernel(w, r, sign, tau, index, width, a, h, tau_out, n, kw, BLOCK:
     s = tl.load(sign + pid * kw + rows, mask=rows < kw, other=0.0)
     out = tl.where(lower, v.to(tl.float64), s[:, None].to(tl.float64) * rr.to(tl.float64))
     # width < 0: nothing below the diagonal, geqrf's answer is H = A, tau = 0.
-    original = tl.load(a + dst * n * n + r2 * n + c2, mask=inside & (k < 0), other=0.0)
+    original = tl.load(a + dst * n * n + r2 * n + c2, mask=tl.where(k < 0, inside, False), other=0.0)
     out = tl.where(k < 0, original.to(tl.float64), out)
     tl.store(h + pid * n * n + r2 * n + c2, out.to(h.dtype.element_ty), mask=inside)
     if tl.program_id(1) == 0:
