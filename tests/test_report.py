@@ -3,6 +3,8 @@ from synthetic and golden (H200) results, the report command, and the CI regress
 
 from __future__ import annotations
 
+import re
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +15,9 @@ from evaluator.cli import main
 from evaluator.contestant import resolve_contestant
 from evaluator.report.compare import FASTER, SAME, SLOWER, NoiseRule, build_report
 from evaluator.report.markdown import render_markdown, write_report
+from evaluator.report.units import format_interval, format_ratio
 from evaluator.results import CaseResult, RunResult, StageResult, write_results
-from evaluator.shapes import Case
+from evaluator.shapes import Case, Timing
 from evaluator.stats import Stats
 from tests.conftest import REPO
 
@@ -43,12 +46,14 @@ def _case(index: int, samples: list[float] | None, message: str = "") -> CaseRes
 
 
 def _run(name: str, cases: list[list[float] | None], env: dict | None = None, message: str = "",
-         started_at: str = "2026-11-29T10:00:00+00:00") -> RunResult:
+         started_at: str = "2026-11-29T10:00:00+00:00", mode: str = "benchmark",
+         timing: dict | None = None) -> RunResult:
     results = tuple(_case(i, s, message) for i, s in enumerate(cases))
-    stage = StageResult("benchmark", "benchmark", "pass" if all(c.passed for c in results) else "fail", results)
+    stage = StageResult("ranked" if mode == "leaderboard" else mode, mode,
+                        "pass" if all(c.passed for c in results) else "fail", results)
     env = env or CPU
-    return RunResult({"name": name, "path": f"/x/{name}.py", "sha256": "0" * 64}, "benchmark",
-                     {"name": "tiny", "path": TINY}, env["device"],
+    return RunResult({"name": name, "path": f"/x/{name}.py", "sha256": "0" * 64}, mode,
+                     {"name": "tiny", "path": TINY, "timing": timing or asdict(Timing())}, env["device"],
                      "cuda-events" if env["device"] == "cuda" else "cpu-clock", False, (stage,), env,
                      started_at=started_at)
 
@@ -57,8 +62,8 @@ def _geqrf(seed: int = 1, env: dict | None = None, **kw) -> RunResult:
     return _run("geqrf", [_samples(1e5, seed), _samples(4e5, seed + 100)], env, **kw)
 
 
-def _slowed(factor: float = 1.5, seed: int = 7) -> RunResult:
-    return _run("slowed", [_samples(factor * 1e5, seed), _samples(factor * 4e5, seed + 100)])
+def _slowed(factor: float = 1.5, seed: int = 7, **kw) -> RunResult:
+    return _run("slowed", [_samples(factor * 1e5, seed), _samples(factor * 4e5, seed + 100)], **kw)
 
 
 # Verdicts on made-up samples -------------------------------------------------------------------
@@ -109,6 +114,7 @@ def test_slowed_contestant_is_slower_than_the_baseline_contestant() -> None:
     text = render_markdown(report)
     assert "| slowed" in text
     assert "0 / 2 / 0" in text  # faster / slower / same
+    assert "| 1.50× slower " in text  # the summary's speedup, as people say it
     assert "not that there is none" in text  # says "same" may hide a difference
 
 
@@ -165,9 +171,49 @@ def test_write_report_draws_the_plots(tmp_path: Path) -> None:
     history = [_geqrf(seed=1), _slowed(), _geqrf(seed=2, started_at="2026-11-30T10:00:00+00:00")]
     path = write_report(build_report(history, baseline="geqrf"), tmp_path)
     text = path.read_text()
-    for name in ("times-tiny.png", "speedup-tiny.png", "history.png"):
+    for name in ("times-tiny-benchmark.png", "speedup-tiny-benchmark.png", "history.png"):
         assert f"]({name})" in text
         assert (tmp_path / name).read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize(("speedup", "text"), [
+    (41.6123, "41.6×"), (1.0, "1.00×"), (1.5, "1.50×"), (0.5, "2.00× slower"), (0.0006671, "1,499× slower"),
+    (12345.6, "12,346×"), (None, "-"),
+])
+def test_ratios_read_as_people_say_them(speedup: float | None, text: str) -> None:
+    assert format_ratio(speedup) == text
+
+
+def test_interval_has_three_significant_digits() -> None:
+    assert format_interval(0.0006671, 1.02345) == "[0.000667, 1.02]"
+
+
+def test_runs_of_different_modes_are_not_compared() -> None:
+    report = build_report([_geqrf(), _slowed(mode="leaderboard")], baseline="geqrf")
+    _, slowed = report.entries
+    assert slowed.baseline is None
+    assert slowed.speedup is None
+    assert report.notes == ("slowed (leaderboard on tiny): no baseline run of the same mode and shape set, "
+                            "not compared",)
+    text = render_markdown(report)
+    assert re.search(r"\| slowed +\| tiny +\| leaderboard +\|", text)
+    assert "## Per-case times: tiny, benchmark mode" in text
+    assert "## Per-case times: tiny, leaderboard mode" in text
+    assert "not compared" in text.split("## Per-case")[0]
+
+
+def test_a_test_run_and_a_benchmark_run_of_one_contestant_are_both_reported() -> None:
+    bench, test = _geqrf(), _geqrf(mode="test", started_at="2026-11-30T10:00:00+00:00")
+    assert [e.run for e in build_report([bench, test]).entries] == [bench, test]
+
+
+def test_shortened_runs_are_marked() -> None:
+    short = {**asdict(Timing()), "benchmark_repeats": 100, "leaderboard_repeats": 100}
+    text = render_markdown(build_report([_geqrf(), _slowed(timing=short)]))
+    summary = text.split("## Per-case")[0]
+    assert summary.count("†") == 2  # slowed's score and the note under the table
+    assert "† shortened timed passes" in summary
+    assert "†" not in render_markdown(build_report([_geqrf()]))
 
 
 # The report command ------------------------------------------------------------------------------
@@ -209,6 +255,20 @@ def test_report_command_baseline_file_and_usage_errors(tmp_path: Path, capsys: p
     assert "missing.json: cannot read" in err
 
 
+def test_report_command_refuses_a_baseline_over_test_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_results(tmp_path / "test.json", [_geqrf(mode="test"), _slowed(mode="test")])
+    assert main(["report", str(tmp_path / "test.json"), "--baseline", "geqrf", "--out", str(tmp_path / "r")]) == 2
+    assert ("--baseline geqrf: nothing to compare: every run is a test run, which times nothing"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_command_refuses_empty_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_results(tmp_path / "empty.json", [])
+    assert main(["report", str(tmp_path / "empty.json"), "--out", str(tmp_path / "r")]) == 2
+    assert f"no runs to report: {tmp_path / 'empty.json'} holds none" in capsys.readouterr().err
+
+
 # The CI regression script ------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -223,5 +283,5 @@ def test_ci_report_exits_112_on_a_failing_contestant(tmp_path: Path, monkeypatch
     text = (tmp_path / "report.md").read_text()
     assert "R - Q.T @ A is too large" in text.split("## Correctness")[1]
     assert "CPU timings (host clock)" in text
-    assert (tmp_path / "times-tiny.png").read_bytes().startswith(PNG)
+    assert (tmp_path / "times-tiny-leaderboard.png").read_bytes().startswith(PNG)
     assert len(list(tmp_path.glob("*-leaderboard-tiny.json"))) == 1

@@ -49,7 +49,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
                               sources=[str(p) for p in args.results])
     except ValueError as exc:  # a results file that cannot be read, a bad baseline or rule
         raise UsageError(str(exc)) from exc
-    if report.warning:
-        print(f"qrbench: WARNING: {report.warning}", file=sys.stderr)
+    if report.nothing_compared:  # asked for speedups, would get a report of dashes
+        raise UsageError(f"--baseline {args.baseline}: nothing to compare: {report.nothing_compared}")
+    for warning in ([report.warning] if report.warning else []) + list(report.notes):
+        print(f"qrbench: WARNING: {warning}", file=sys.stderr)
     print(f"report: {write_report(report, args.out)}")
     return 0

@@ -18,6 +18,7 @@ import numpy as np
 
 from evaluator.environment import gpu_key
 from evaluator.results import CaseResult, RunResult
+from evaluator.shapes import Timing
 
 __all__ = [
     "FASTER",
@@ -31,6 +32,7 @@ __all__ = [
     "build_report",
     "device_mismatch",
     "run_label",
+    "shortened",
 ]
 
 FASTER, SLOWER, SAME = "faster", "slower", "same"
@@ -39,6 +41,20 @@ FASTER, SLOWER, SAME = "faster", "slower", "same"
 def run_label(run: RunResult) -> str:
     """A contestant's name, marked when it ran the contest's exact protocol (``--compat``)."""
     return run.contestant["name"] + (" (compat)" if run.compat else "")
+
+
+# The settings that bound how long a timed pass samples; a run below the contest's is shortened.
+_TIMED_PASS = ("benchmark_repeats", "benchmark_budget_s", "leaderboard_repeats", "leaderboard_budget_s")
+
+
+def shortened(run: RunResult) -> bool:
+    """Whether the run's timed passes sampled less than the contest's do (``--budget``,
+    ``--repeats`` or a shape file's ``timing``, as recorded in the results): its times are then
+    not contest figures. Test runs time nothing and are never shortened."""
+    timing = run.shapes.get("timing") or {}
+    contest = Timing()
+    return run.mode != "test" and any(timing.get(key, getattr(contest, key)) < getattr(contest, key)
+                                      for key in _TIMED_PASS)
 
 
 @dataclass(frozen=True)
@@ -142,6 +158,11 @@ class Entry:
         return str(self.run.shapes.get("name", "?"))
 
     @property
+    def compared(self) -> bool:
+        """Whether any case was compared with the baseline."""
+        return any(c.comparison is not None for c in self.cases)
+
+    @property
     def speedup(self) -> float | None:
         """Baseline score over this run's score (geometric means), when both were scored."""
         if self.baseline is None or self.baseline.score_s is None or self.run.score_s is None:
@@ -173,7 +194,8 @@ def device_mismatch(runs: Iterable[RunResult]) -> str | None:
 @dataclass(frozen=True)
 class Report:
     """What a report shows: the latest run of each contestant with its baseline, every run given
-    in the order given (the history), how the baseline was chosen, and the device warning."""
+    in the order given (the history), how the baseline was chosen, the device warning, and notes
+    on runs that a baseline was asked for but could not be compared with one."""
 
     entries: tuple[Entry, ...]
     history: tuple[RunResult, ...]
@@ -181,13 +203,30 @@ class Report:
     rule: NoiseRule
     sources: tuple[str, ...]
     warning: str | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def nothing_compared(self) -> str | None:
+        """Why a requested baseline compared no case at all; None when something was compared
+        or no baseline was asked for."""
+        if not self.baseline_text or any(e.compared for e in self.entries):
+            return None
+        if all(e.run.mode == "test" for e in self.entries):
+            return "every run is a test run, which times nothing: report benchmark or leaderboard runs"
+        return "no run has a baseline run of its own mode and shape set with timed cases that passed"
+
+
+def _key(run: RunResult) -> tuple[str, str]:
+    """Runs compare only within a shape set and a mode: a test run times nothing, and benchmark
+    and leaderboard passes sample differently."""
+    return str(run.shapes.get("name")), run.mode
 
 
 def _latest(history: Sequence[RunResult]) -> list[RunResult]:
-    """The last run of each contestant and shape set, in the order each first appears."""
-    latest: dict[tuple[str, str], RunResult] = {}
+    """The last run of each contestant, shape set and mode, in the order each first appears."""
+    latest: dict[tuple[str, tuple[str, str]], RunResult] = {}
     for run in history:
-        latest[(run_label(run), str(run.shapes.get("name")))] = run  # a dict keeps first-insertion order
+        latest[(run_label(run), _key(run))] = run  # a dict keeps first-insertion order
     return list(latest.values())
 
 
@@ -205,23 +244,27 @@ def build_report(
     contestant against its own run there: the same protocol if it holds one, else any), or None.
     """
     rule = rule or NoiseRule()
+    if not history:
+        raise ValueError(f"no runs to report: {', '.join(sources) or 'the input'} holds none")
     history = sorted(history, key=lambda r: r.started_at)
     runs = _latest(history)
     if isinstance(baseline, str):
-        reference = {r.shapes.get("name"): r for r in runs if run_label(r) == baseline}
+        reference = {_key(r): r for r in runs if run_label(r) == baseline}
         if not reference:
             names = ", ".join(dict.fromkeys(run_label(r) for r in runs))
             raise ValueError(f"baseline {baseline!r} is not among the reported contestants ({names})")
-        pairs = [(r, reference.get(r.shapes.get("name"))) for r in runs]
+        pairs = [(r, reference.get(_key(r))) for r in runs]
         text = f"contestant {baseline}"
     else:
-        by_label = {(run_label(r), r.shapes.get("name")): r for r in baseline or ()}
-        by_name = {(r.contestant["name"], r.shapes.get("name")): r for r in baseline or ()}
-        pairs = [(r, by_label.get((run_label(r), r.shapes.get("name")))
-                  or by_name.get((r.contestant["name"], r.shapes.get("name")))) for r in runs]
+        by_label = {(run_label(r), _key(r)): r for r in baseline or ()}
+        by_name = {(r.contestant["name"], _key(r)): r for r in baseline or ()}
+        pairs = [(r, by_label.get((run_label(r), _key(r))) or by_name.get((r.contestant["name"], _key(r))))
+                 for r in runs]
         text = "each contestant's run in the baseline file" if baseline else ""
+    notes = tuple(f"{run_label(r)} ({r.mode} on {r.shapes.get('name')}): no baseline run of the same mode and "
+                  "shape set, not compared" for r, b in pairs if text and b is None and run_label(r) != baseline)
     pairs = [(r, None if b == r else b) for r, b in pairs]  # a run is not its own baseline
     entries = tuple(Entry(r, b, _compare_cases(r, b, rule)) for r, b in pairs)
     mismatch = device_mismatch([*history, *(b for _, b in pairs if b is not None)])
-    return Report(entries, tuple(history), text, rule, tuple(sources), mismatch)
+    return Report(entries, tuple(history), text, rule, tuple(sources), mismatch, notes)
 

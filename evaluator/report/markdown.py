@@ -14,9 +14,9 @@ from tabulate import tabulate
 
 from evaluator.environment import gpu_key
 from evaluator.report import plots
-from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label
+from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label, shortened
 from evaluator.report.tables import timing_label
-from evaluator.report.units import format_ns, format_s
+from evaluator.report.units import format_interval, format_ns, format_ratio, format_s
 from evaluator.results import CaseResult, RunResult, now_iso
 
 __all__ = ["render_markdown", "write_report"]
@@ -30,10 +30,16 @@ def _table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _by_shapes(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+SHORTENED_MARK = "†"
+SHORTENED_NOTE = (f"{SHORTENED_MARK} shortened timed passes: fewer repeats or a shorter budget than the contest's "
+                  "(`--budget`, `--repeats` or the shape file's `timing`), so not contest figures.")
+
+
+def _groups(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    """Entries by shape set and mode (``tiny-benchmark``), the runs whose cases compare."""
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
-        groups.setdefault(entry.shapes, []).append(entry)
+        groups.setdefault(f"{entry.shapes}-{entry.run.mode}", []).append(entry)
     return groups
 
 
@@ -70,18 +76,20 @@ def _summary(report: Report) -> str:
     rows = []
     for e in report.entries:
         status = "pass" if e.run.passed else f"**{e.run.status}**"
-        speedup = f"{e.speedup:.4g}×" if e.speedup is not None else "-"
-        rows.append([e.label, e.shapes, status, format_s(e.run.score_s), speedup, _verdict_counts(e)])
-    headers = ["contestant", "shapes", "status", "score (geomean)", "speedup over baseline", "faster / slower / same"]
-    return _table(rows, headers)
+        score = format_s(e.run.score_s) + (f" {SHORTENED_MARK}" if shortened(e.run) else "")
+        rows.append([e.label, e.shapes, e.run.mode, status, score, format_ratio(e.speedup), _verdict_counts(e)])
+    headers = ["contestant", "shapes", "mode", "status", "score (geomean)", "speedup over baseline",
+               "faster / slower / same"]
+    notes = [SHORTENED_NOTE] if any(shortened(e.run) for e in report.entries) else []
+    return "\n\n".join([_table(rows, headers), *notes, *report.notes])
 
 
 def _speedup_text(comparison: Comparison | None) -> str:
     if comparison is None:
         return "-"
     if comparison.low is None or comparison.high is None:
-        return f"{comparison.speedup:.4g}× (too few repeats to judge)"
-    return f"{comparison.speedup:.4g}× [{comparison.low:.4g}, {comparison.high:.4g}]"
+        return f"{format_ratio(comparison.speedup)} (too few repeats to judge)"
+    return f"{format_ratio(comparison.speedup)} {format_interval(comparison.low, comparison.high)}"
 
 
 def _baseline_table(entries: Sequence[Entry]) -> str:
@@ -147,8 +155,8 @@ def _environment(runs: Sequence[RunResult]) -> str:
 
 
 def render_markdown(report: Report, images: Mapping[str, Path] | None = None) -> str:
-    """The report as Markdown; ``images`` maps plot names (``times-<shapes>``, ``speedup-<shapes>``,
-    ``history``) to files, linked relative to the report's folder."""
+    """The report as Markdown; ``images`` maps plot names (``times-<shapes>-<mode>``,
+    ``speedup-<shapes>-<mode>``, ``history``) to files, linked relative to the report's folder."""
     images = images or {}
 
     def image(name: str, alt: str) -> list[str]:
@@ -160,16 +168,17 @@ def render_markdown(report: Report, images: Mapping[str, Path] | None = None) ->
     out += ["## Summary", "", _summary(report), ""]
     if report.baseline_text:
         out += [f"Baseline: {report.baseline_text}. {_method(report)}", ""]
-    for shapes, entries in _by_shapes(report.entries).items():
+    for group, entries in _groups(report.entries).items():
         if not any(e.cases for e in entries):
             continue  # test-mode runs: nothing timed
+        title = f"{entries[0].shapes}, {entries[0].run.mode} mode"
         measured = "; ".join(dict.fromkeys(timing_label(e.run) for e in entries))
-        out += [f"## Per-case times: {shapes}", "", f"Measured on {measured}. Mean per call ± standard error.", "",
-                _case_table(entries, _time_cell), "", *image(f"times-{shapes}", f"per-case times, {shapes}"),
+        out += [f"## Per-case times: {title}", "", f"Measured on {measured}. Mean per call ± standard error.", "",
+                _case_table(entries, _time_cell), "", *image(f"times-{group}", f"per-case times, {title}"),
                 "Throughput (TFLOP/s, counting 4/3·n³ per matrix):", "", _case_table(entries, _rate_cell), ""]
         if any(e.baseline is not None for e in entries):
-            out += [f"### Against the baseline: {shapes}", "", _baseline_table(entries), "",
-                    *image(f"speedup-{shapes}", f"speedup over the baseline, {shapes}")]
+            out += [f"### Against the baseline: {title}", "", _baseline_table(entries), "",
+                    *image(f"speedup-{group}", f"speedup over the baseline, {title}")]
     out += ["## Correctness", "", _failures(report), ""]
     out += ["## History", "", _history(report.history), "", *image("history", "history of scores")]
     out += ["## Environment", "", _environment([e.run for e in report.entries]), ""]
@@ -180,11 +189,11 @@ def write_report(report: Report, out_dir: Path) -> Path:
     """Draw the plots and write ``report.md`` into ``out_dir``; return the Markdown's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images: dict[str, Path] = {}
-    for shapes, entries in _by_shapes(report.entries).items():
+    for group, entries in _groups(report.entries).items():
         if any(c.case.stats is not None for e in entries for c in e.cases):
-            images[f"times-{shapes}"] = plots.render_case_times(entries, out_dir / f"times-{shapes}.png")
+            images[f"times-{group}"] = plots.render_case_times(entries, out_dir / f"times-{group}.png")
         if any(c.comparison is not None for e in entries for c in e.cases):
-            name = f"speedup-{shapes}"
+            name = f"speedup-{group}"
             images[name] = plots.render_speedups(entries, report.baseline_text, out_dir / f"{name}.png")
     if sum(1 for r in report.history if r.score_s is not None) >= 2:
         images["history"] = plots.render_history(report.history, out_dir / "history.png")

@@ -70,7 +70,7 @@ def render_case_times(entries: Sequence[Entry], path: Path) -> Path:
     _log_y(ax)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     ax.set_ylabel(f"mean time per call ({unit}, log)")
-    ax.set_title(f"Per-case time by contestant: {entries[0].shapes}")
+    ax.set_title(f"Per-case time by contestant: {entries[0].shapes}, {entries[0].run.mode} mode")
     ax.legend(fontsize=8)
     return _save(fig, [e.run for e in entries], path)
 

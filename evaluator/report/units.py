@@ -1,8 +1,9 @@
-"""Display units: times are nanoseconds inside qrbench and scaled only here."""
+"""Display units: times are nanoseconds inside qrbench and scaled only here; ratios read as
+people say them (``41.6×``, ``1,499× slower``), never as ``0.0006671×``."""
 
 from __future__ import annotations
 
-__all__ = ["format_ns", "format_s", "ns_unit"]
+__all__ = ["format_interval", "format_ns", "format_ratio", "format_s", "ns_unit"]
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3))
 
@@ -25,3 +26,20 @@ def format_ns(ns: float | None) -> str:
 
 def format_s(seconds: float | None) -> str:
     return format_ns(None if seconds is None else seconds * 1e9)
+
+
+def _three_digits(value: float) -> str:
+    """Three significant digits, without an exponent for large values: ``1.00``, ``41.6``, ``1,499``."""
+    return f"{value:,.0f}" if value >= 999.5 else f"{value:#.3g}"
+
+
+def format_ratio(speedup: float | None) -> str:
+    """A speedup (baseline time over this time): ``41.6×`` when faster, ``1,499× slower`` below 1."""
+    if speedup is None:
+        return "-"
+    return f"{_three_digits(speedup)}×" if speedup >= 1 else f"{_three_digits(1 / speedup)}× slower"
+
+
+def format_interval(low: float, high: float) -> str:
+    """A speedup's confidence interval, as speedups to three significant digits: ``[0.981, 1.02]``."""
+    return f"[{low:#.3g}, {high:#.3g}]"
