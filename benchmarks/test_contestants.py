@@ -1,13 +1,14 @@
 """Every contestant on every benchmark case, timed by the evaluator and recorded by
-pytest-benchmark (the options, the parametrisation and the ``qrbench`` fixture: conftest.py)."""
+pytest-benchmark: ``pytest --benchmark-only`` (options, parametrisation and the ``qrbench``
+fixture: :mod:`evaluator.pytest_plugin`)."""
 
 from __future__ import annotations
 
-import pytest
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evaluator.pytest_cases import CaseTimer
 
 
-def test_contestant(benchmark, qrbench, contestant: str, case: str) -> None:
-    result = qrbench.result(contestant, case)
-    if not result.passed:
-        pytest.fail(f"{contestant} on {case}: {result.status}: {result.message}", pytrace=False)
-    qrbench.record(benchmark, result)
+def test_contestant(benchmark: Any, qrbench: CaseTimer, contestant: str, case: str) -> None:
+    qrbench.benchmark(benchmark, contestant, case)

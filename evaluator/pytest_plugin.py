@@ -1,34 +1,46 @@
-"""What the pytest-benchmark door (``benchmarks/conftest.py``) asks of the evaluator: time the
-selected cases in workers, replay their samples into pytest-benchmark, describe the machine.
+"""qrbench's pytest plugin: kernels through the evaluator, recorded by pytest-benchmark.
+
+pytest loads it wherever qrbench is installed (the ``pytest11`` entry point; the root
+``conftest.py`` loads it in a plain checkout). A test that asks for the ``qrbench``,
+``contestant`` and ``case`` fixtures is run once per contestant and benchmark case::
+
+    def test_kernel(benchmark, qrbench, contestant, case):
+        qrbench.benchmark(benchmark, contestant, case)
+
+    pytest --benchmark-only [--qrbench-shapes smoke|qr_v2|FILE] [--qrbench-contestants A,B]
+        [--qrbench-device auto|cpu|cuda] [--benchmark-save NAME | --benchmark-compare ...]
+
+Contestants default to the ``qrbench_contestants`` ini option, else every contestant under
+qrbench's ``contestants/``; the shape set to ``qrbench_shapes``, else ``qr_v2`` on CUDA and
+``smoke`` on the CPU. Without ``--benchmark-only`` such a test is one skip, so a plain ``pytest``
+stays quick and never starts the evaluator.
 
 pytest-benchmark normally times a callable itself. Here the evaluator times (a worker per
 contestant, the hardened protocol: L2 flushed, CUDA events on a GPU or the host clock on the CPU,
 every timed repeat's output checked), and :class:`ReplayClock` hands the raw per-repeat times
 to pytest-benchmark through its public ``pedantic`` call and ``timer`` marker option, so its
-statistics, storage and ``--benchmark-compare(-fail)`` work on the evaluator's figures.
+statistics, storage and ``--benchmark-compare(-fail)`` work on the evaluator's figures. Tests are
+grouped by case, so pytest-benchmark's tables set the contestants side by side.
+
+This module imports only pytest: the evaluator (torch, the runner) is imported from
+:mod:`evaluator.pytest_cases` by sessions that benchmark.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+import pytest
 
-from evaluator.contestant import Contestant
-from evaluator.environment import fingerprint, gpu_key
-from evaluator.results import CaseResult
-from evaluator.runner import RunOptions, StagePlan, run_stage
-from evaluator.shapes import Case, ShapeSet, load_shapes
+if TYPE_CHECKING:
+    from evaluator.pytest_cases import CaseTimer, Plan
 
-__all__ = ["REPLAY", "CaseTimer", "Plan", "ReplayClock", "device_info"]
+__all__ = ["REPLAY", "ReplayClock"]
 
-# Fingerprint fields left out of pytest-benchmark's machine_info: it warns on any difference
-# from a saved run, and these differ between any two runs (the commit is in commit_info).
-_PER_RUN_FIELDS = ("git_commit", "git_dirty", "sm_clock_mhz", "mem_clock_mhz")
+_PARAMS = {"qrbench", "contestant", "case"}
+_PLAN = pytest.StashKey["Plan"]()
+_MACHINE = pytest.StashKey[dict[str, Any]]()
 
 
 class ReplayClock:
@@ -65,65 +77,99 @@ class ReplayClock:
 REPLAY = ReplayClock()
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What a session benchmarks: contestants by name, cases by test id, and how to run them."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("qrbench", "qrbench kernels under pytest-benchmark")
+    group.addoption("--qrbench-shapes", metavar="NAME|FILE",
+                    help="bundled shape set or shape file (default: the qrbench_shapes ini option, else "
+                         "qr_v2 on CUDA and smoke on the CPU)")
+    group.addoption("--qrbench-contestants", metavar="A,B,...",
+                    help="comma-separated contestants: names under qrbench's contestants/, folders or .py files "
+                         "(default: the qrbench_contestants ini option, else all of contestants/)")
+    group.addoption("--qrbench-device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where kernels run (default: auto = CUDA when present)")
+    parser.addini("qrbench_shapes", "qrbench shape set or file benchmarked by default")
+    parser.addini("qrbench_contestants", "qrbench contestants benchmarked by default (paths or names)",
+                  type="linelist")
 
-    shapes: ShapeSet
-    contestants: dict[str, Contestant]
-    cases: dict[str, Case]
-    options: RunOptions
+
+def _benchmarking(config: pytest.Config) -> bool:
+    return bool(config.getoption("benchmark_only", False))
 
 
-class CaseTimer:
-    """Times the cases a session selected and hands out each case's result.
+def _plan(config: pytest.Config) -> Plan:
+    if _PLAN not in config.stash:
+        from evaluator.pytest_cases import make_plan
 
-    A contestant's selected cases run together, the first time one of them is asked for, as one
-    benchmark stage in one worker (on a shape file of just those cases, written into
-    ``folder``): the evaluator's benchmark mode exactly, warm-up on the first case included, and
-    one worker start per contestant rather than per case.
-    """
+        given = config.getoption("qrbench_contestants")
+        refs = [r.strip() for r in given.split(",")] if given else config.getini("qrbench_contestants")
+        try:
+            config.stash[_PLAN] = make_plan(config.getoption("qrbench_device"),
+                                            config.getoption("qrbench_shapes") or config.getini("qrbench_shapes"),
+                                            [r for r in refs if r])
+        except ValueError as exc:
+            raise pytest.UsageError(f"qrbench: {exc}") from exc
+    return config.stash[_PLAN]
 
-    def __init__(self, plan: Plan, selected: Mapping[str, Sequence[str]], folder: Path) -> None:
-        self.plan = plan
-        self._selected = selected
-        self._folder = folder
-        self._results: dict[tuple[str, str], CaseResult] = {}
 
-    def result(self, contestant: str, case_id: str) -> CaseResult:
-        if (contestant, case_id) not in self._results:
-            self._run(contestant)
-        return self._results[(contestant, case_id)]
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One test per contestant and case; a single skip unless benchmarking."""
+    if not _PARAMS.issubset(metafunc.fixturenames):
+        return
+    if not _benchmarking(metafunc.config):
+        metafunc.parametrize(("contestant", "case"), [pytest.param(
+            None, None, id="qrbench", marks=pytest.mark.skip(reason="qrbench benchmarks run under --benchmark-only"))])
+        return
+    plan = _plan(metafunc.config)
+    metafunc.parametrize(("contestant", "case"), [
+        pytest.param(name, case_id, id=f"{name}-{case_id}",
+                     marks=pytest.mark.benchmark(group=f"{plan.shapes.name} {case_id}", timer=REPLAY))
+        for name in plan.contestants for case_id in plan.cases
+    ])
 
-    def _run(self, contestant: str) -> None:
-        shapes, case_ids = self.plan.shapes, self._selected[contestant]
-        path = self._folder / f"{contestant}.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": shapes.name,
-            "timeouts_s": shapes.timeouts_s,
-            "timing": asdict(shapes.timing),
-            "tests": [self.plan.cases[c].fields() for c in case_ids],
-            "benchmarks": [self.plan.cases[c].fields() for c in case_ids],
-        }, sort_keys=False))
-        stage, _ = run_stage(self.plan.contestants[contestant], StagePlan("benchmark", "benchmark", None),
-                             load_shapes(path), self.plan.options)
-        self._results.update(((contestant, c), r) for c, r in zip(case_ids, stage.cases, strict=True))
 
-    def record(self, benchmark: Any, result: CaseResult) -> None:
-        """Hand a passed case's samples to pytest-benchmark, with what it was (``extra_info``)."""
-        benchmark.extra_info.update(
-            shapes=self.plan.shapes.name,
-            spec=result.case.fields(),
-            flops=result.case.flops,
-            min_bytes=result.case.min_bytes,
-            timer="cuda-events" if self.plan.options.device == "cuda" else "cpu-clock",
-            protocol="hardened",
-            residuals=result.diagnostics,
+@pytest.fixture(scope="session")
+def qrbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CaseTimer:
+    """Times the cases this session selected (after ``-k`` and friends), a worker per contestant."""
+    from evaluator.pytest_cases import CaseTimer
+
+    selected: dict[str, list[str]] = {}
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("contestant") is not None:
+            selected.setdefault(callspec.params["contestant"], []).append(callspec.params["case"])
+    return CaseTimer(_plan(request.config), selected, tmp_path_factory.mktemp("qrbench"))
+
+
+def _machine(config: pytest.Config) -> dict[str, Any]:
+    if _MACHINE not in config.stash:
+        from evaluator.pytest_cases import device_info
+
+        try:
+            config.stash[_MACHINE] = device_info(config.getoption("qrbench_device"))
+        except ValueError as exc:  # --qrbench-device cuda without a CUDA device
+            pytest.exit(f"qrbench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+    return config.stash[_MACHINE]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """The evaluator's device fingerprint (GPU, SMs, driver, versions) under ``qrbench``, in
+    ``--benchmark-only`` sessions (pytest-benchmark asks before collection, to compare saved runs)."""
+    if _benchmarking(config):
+        machine_info["qrbench"] = _machine(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any,
+                                          machine_info: dict[str, Any], compared_benchmark: dict[str, Any]) -> None:
+    """Say loudly when a saved run came from another device (pytest-benchmark only warns that
+    something in machine_info differs)."""
+    if "qrbench" not in machine_info:
+        return
+    ours = machine_info["qrbench"].get("gpu_key")
+    theirs = compared_benchmark.get("machine_info", {}).get("qrbench", {}).get("gpu_key")
+    if ours != theirs:
+        benchmarksession.logger.error(
+            f"WARNING: comparing with results from a different device: {theirs or 'unknown'} (saved) vs {ours} "
+            "(now); the differences measure the devices as much as the kernels"
         )
-        REPLAY.replay(benchmark, result.samples_ns)
-
-
-def device_info(device: str) -> dict[str, Any]:
-    """The evaluator's fingerprint of ``device`` with its ``gpu_key``, less per-run readings."""
-    env = fingerprint(device)
-    return {"gpu_key": gpu_key(env), **{k: v for k, v in env.items() if k not in _PER_RUN_FIELDS}}

@@ -1,7 +1,9 @@
-"""The pytest-benchmark door: replayed samples become pytest-benchmark's rounds exactly, and
-``pytest benchmarks --benchmark-only`` on a tiny shape set records per-case statistics of
-correct contestants, fails a wrong one, carries the device fingerprint, and lets
-``--benchmark-compare-fail`` catch a slowed kernel."""
+"""The pytest plugin: replayed samples become pytest-benchmark's rounds exactly; plain ``pytest``
+skips the contestant benchmarks without starting the evaluator and ``pytest --benchmark-only``
+from the root runs them; a kernel author's own project gets the options and fixtures through
+the installed entry point; and ``pytest benchmarks --benchmark-only`` on a tiny shape set records
+per-case statistics of correct contestants, fails a wrong one, carries the device fingerprint,
+and lets ``--benchmark-compare-fail`` catch a slowed kernel."""
 
 from __future__ import annotations
 
@@ -38,6 +40,52 @@ def test_replayed_samples_are_the_rounds_exactly(pytester: pytest.Pytester) -> N
     assert bench["stats"]["data"] == [1500.0 / 1e9, 2500.5 / 1e9, 1000.25 / 1e9, 1 / 3]
     assert bench["stats"]["rounds"] == 4
     assert bench["options"]["timer"] == "qrbench evaluator samples"
+
+
+def _pytest_at_root(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_plain_pytest_skips_the_contestant_benchmarks_in_one_item() -> None:
+    proc = _pytest_at_root("-q", "-rs", "benchmarks")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 skipped" in proc.stdout
+    assert "qrbench benchmarks run under --benchmark-only" in proc.stdout
+
+
+def test_benchmark_only_at_the_root_collects_the_contestants() -> None:
+    proc = _pytest_at_root("--collect-only", "-q", "--benchmark-only", "--qrbench-shapes", str(TINY),
+                           "--qrbench-contestants", "geqrf,blocked_wy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = {line for line in proc.stdout.splitlines() if line.startswith("benchmarks/")}
+    assert listed == {f"benchmarks/test_contestants.py::test_contestant[{name}-{case_id}]"
+                      for name in ("geqrf", "blocked_wy") for case_id in CASE_IDS}
+
+
+def test_a_bad_contestant_stops_the_session_with_its_reason() -> None:
+    proc = _pytest_at_root("--collect-only", "-q", "--benchmark-only", "benchmarks",
+                           "--qrbench-contestants", "no_such_kernel")
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED
+    assert "qrbench: no_such_kernel: no such contestant" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_an_authors_project_benchmarks_its_kernel_through_the_entry_point(pytester: pytest.Pytester) -> None:
+    """Outside this repository (no conftest): the installed plugin alone, the ini options as an
+    author would set them."""
+    (pytester.path / "kernel.py").write_text((FIXTURES / "slowed.py").read_text())
+    pytester.makeini(f"[pytest]\nqrbench_contestants = kernel.py\nqrbench_shapes = {TINY}\n")
+    pytester.makepyfile(test_kernel="""
+        def test_kernel(benchmark, qrbench, contestant, case):
+            qrbench.benchmark(benchmark, contestant, case)
+    """)
+    result = pytester.runpytest_subprocess("--benchmark-only", "--qrbench-device", "cpu",
+                                           "--benchmark-json", "out.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert {b["name"] for b in doc["benchmarks"]} == {f"test_kernel[kernel-{case_id}]" for case_id in CASE_IDS}
+    assert doc["machine_info"]["qrbench"]["device"] == "cpu"
 
 
 def _bench(tmp_path: Path, contestants: list[str], *args: str, slowed_ms: int = 0) -> subprocess.CompletedProcess[str]:
