@@ -3,7 +3,7 @@
 A shape file uses the schema of the contest's ``shapes.yaml``: ``name``, ``timeouts_s`` per mode,
 ``tests`` and ``benchmarks`` as lists of ``{batch, n, cond, seed[, case]}``, and free text in
 ``source``, ``description`` or ``ranking``. An optional ``timing`` section overrides the contest's
-repeat counts and time budgets (docs/problem.md, "Timing"), which a CPU set needs to finish in
+repeat counts and time budgets (docs/problem.md §4), which a CPU set needs to finish in
 seconds. Every problem is reported as ``<file>: <entry>: <problem>``: unknown keys are refused
 (a misspelt ``timing`` would otherwise run the contest's two-minute timed passes), and so is a
 case whose input cannot fit on any device (:data:`MAX_INPUT_BYTES`), which would otherwise fail
@@ -104,7 +104,7 @@ class Case:
 
 @dataclass(frozen=True)
 class Timing:
-    """Repeat counts and budgets of the timed modes (docs/problem.md, "Timing"); the defaults are
+    """Repeat counts and budgets of the timed modes (docs/problem.md §4); the defaults are
     the contest's."""
 
     max_inputs: int = 50
