@@ -29,6 +29,9 @@ _PROC = "/proc"
 _QUIET_SCANS = 2
 _PAUSE_S = 0.005
 _MAX_S = 5.0
+# How long leftovers get to exit by themselves before they count: torch.compile's compile-worker
+# pool exits once it sees its parent gone; something still alive after this was left behind.
+GRACE_S = 1.0
 
 
 @dataclass
@@ -103,10 +106,24 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def sweep(before: set[int]) -> list[tuple[int, str]]:
-    """SIGKILL and reap every descendant under a child not in ``before``; return (pid, name) of
-    those that were still alive (zombies are only reaped)."""
+def _settle(before: set[int], grace_s: float) -> None:
+    """Give leftovers that are on their way out (a library's worker pool noticing its parent
+    is gone) up to ``grace_s`` to exit by themselves, reaping those that became ours."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        for pid in children() - before:
+            _reap(pid)
+        if all(proc.state == "Z" for proc in _strays(before).values()):
+            return
+        time.sleep(10 * _PAUSE_S)
+
+
+def sweep(before: set[int], grace_s: float = GRACE_S) -> list[tuple[int, str]]:
+    """After ``grace_s`` for leftovers to exit by themselves, SIGKILL and reap every descendant
+    under a child not in ``before``; return (pid, name) of those that were still alive
+    (zombies are only reaped)."""
     me = os.getpid()
+    _settle(before, grace_s)
     killed: dict[int, str] = {}
     quiet = 0
     deadline = time.monotonic() + _MAX_S
