@@ -111,7 +111,7 @@ class Precheck:
     @classmethod
     def not_run(cls, file: str, mode: str) -> Precheck:
         """The record of a run started with ``--no-precheck``."""
-        return cls(file, mode, "off", {rule: "skip" for rule in RULES}, skipped=True)
+        return cls(file, mode, "off", dict.fromkeys(RULES, "skip"), skipped=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {

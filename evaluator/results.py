@@ -164,8 +164,7 @@ class StageResult:
 class RunResult:
     """Everything one contestant's run produced, with the environment it ran in.
 
-    ``precheck`` is the submission gates' verdict (None in files written before the gates existed,
-    and in runs of part of a mode's stages).
+    ``precheck`` is the submission gates' verdict (None in files written before the gates existed).
     """
 
     contestant: dict[str, str]

@@ -296,20 +296,18 @@ def run_contestant(
     refusal or failing stage.
 
     ``stages`` (default: :func:`plan_stages`) lets a caller run part of a mode's stages, e.g. a
-    cloud run that puts the secret-seed pass in a container of its own; the gates are then the
-    planning caller's to run (the run records no precheck).
+    cloud run that puts the secret-seed pass in a container of its own (each part runs the gates).
     """
     run = new_run(contestant, mode, shapes, options)
-    if stages is None:
-        if options.precheck:
-            gates = precheck_file(contestant.path, mode, options.kernelguard)
-        else:
-            gates = Precheck.not_run(str(contestant.path), mode)
-        run = replace(run, precheck=gates)
-        if on_update is not None:
-            on_update(run)
-        if not gates.passed:
-            return run
+    if options.precheck:
+        gates = precheck_file(contestant.path, mode, options.kernelguard)
+    else:
+        gates = Precheck.not_run(str(contestant.path), mode)
+    run = replace(run, precheck=gates)
+    if on_update is not None:
+        on_update(run)
+    if not gates.passed:
+        return run
     for plan in plan_stages(mode, options.seed) if stages is None else stages:
 
         def publish(stage: StageResult, current: RunResult = run) -> None:
