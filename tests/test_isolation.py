@@ -1,0 +1,97 @@
+"""The parent-decides machinery: handed-over memory, output delivery, the compat collector.
+
+The exploits that this machinery answers are in tests/test_exploits.py; these tests pin the
+pieces: that memory the parent hands over is the memory the worker maps, that a malformed output
+crossing back reaches the checker with the contest's own message, and that a worker which
+reports a spec it was not given breaks the result channel.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from evaluator.channel import ChannelError
+from evaluator.delivery import deliver, received
+from evaluator.handover import HandoverArena
+from evaluator.results import CaseResult
+from evaluator.runner import StagePlan, _Collector
+from evaluator.shapes import Case, ShapeSet
+from reference.checker import verdict
+from reference.inputs import generate_input
+
+CASE = Case(2, 8, 1, 3)
+A = generate_input(**CASE.generator_args())
+
+
+def test_handed_over_memory_is_the_memory_the_worker_maps() -> None:
+    arena = HandoverArena(torch.device("cpu"))
+    try:
+        tensor, spec = arena.new((2, 3, 3))
+        tensor.copy_(torch.arange(18.0).view(2, 3, 3))
+        child = textwrap.dedent("""
+            import pickle, sys
+            from evaluator.handover import attach
+            t = attach(pickle.loads(sys.stdin.buffer.read()))
+            print(float(t.sum()))
+            t.mul_(2)
+        """)
+        done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps(spec), capture_output=True,
+                              check=True)
+        assert float(done.stdout) == float(torch.arange(18.0).sum())
+        assert torch.equal(tensor, 2 * torch.arange(18.0).view(2, 3, 3))  # the child's write is ours to see
+        assert tensor.storage_offset() == 0  # a storage of its own, as the contest's tensors are
+    finally:
+        arena.close()
+
+
+def _buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.zeros(2, 8, 8), torch.zeros(2, 8)
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: [*torch.geqrf(a)],                                   # a list, not a tuple
+    lambda a: torch.geqrf(a)[0],                                   # one tensor
+    lambda a: (torch.geqrf(a)[0].double(), torch.geqrf(a)[1]),     # wrong dtype
+    lambda a: (torch.geqrf(a)[0][:1], torch.geqrf(a)[1]),          # wrong shape
+    lambda a: (torch.geqrf(a)[0], None),                           # not a tensor
+    lambda a: (torch.full_like(a, float("nan")), torch.zeros(2, 8)),  # right form, not finite
+    lambda a: (torch.geqrf(a)[0], torch.geqrf(a)[1][:, :4]),        # H fine, tau's shape wrong
+    lambda a: torch.geqrf(a),                                      # right
+])
+def test_a_delivered_output_gets_the_checkers_own_verdict(make) -> None:
+    """What crosses back is a form and the parent's buffers, never the kernel's object; the
+    checker's verdict on it is the one it gives the object itself."""
+    output = make(A)
+    buffers = _buffers()
+    form = deliver(output, A, buffers, rules=True)
+    seen, problem = received(form, buffers)
+    assert problem is None
+    assert verdict(A, seen).as_tuple() == verdict(A, output).as_tuple()
+
+
+def test_the_output_rules_are_judged_where_the_kernel_ran() -> None:
+    buffers = _buffers()
+    tau = torch.geqrf(A)[1]
+    assert received(deliver((A, tau), A, buffers, rules=True), buffers)[1].startswith("[rule no-alias]")
+    assert received(deliver((A, tau), A, buffers, rules=False), buffers)[1] is None
+
+
+def _shapes() -> ShapeSet:
+    return ShapeSet("tiny", Path("tiny.yaml"), (CASE,), (CASE,), {"test": 10.0})
+
+
+def test_a_compat_worker_that_reports_another_spec_breaks_the_channel() -> None:
+    collector = _Collector(StagePlan("test", "test", None), _shapes())
+    honest = CaseResult(0, CASE, "pass").to_dict()
+    collector.take({"event": "case", "result": honest})
+    assert collector.cases[0].case == CASE
+    other = _Collector(StagePlan("test", "test", None), _shapes())
+    with pytest.raises(ChannelError, match="spec it was not given"):
+        other.take({"event": "case", "result": CaseResult(0, CASE.with_seed(99), "pass").to_dict()})
