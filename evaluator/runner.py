@@ -1,15 +1,18 @@
-"""The parent side of a run: spawn one worker per stage, enforce its time limit, collect results.
+"""The parent side of a run: one contained worker per stage, its time limit, its results.
 
-A worker that raises, crashes, hangs, floods its output or forges results only ever fails its
-own contestant: the parent reads signed messages with a deadline, kills the worker's whole
-process group when time is up, and turns whatever happened into a stage status and reason.
-Each finished case is handed to ``on_update`` at once, so callers can keep it on disk.
+Hardened (the default), the parent runs each mode itself: it makes the inputs, checks the
+outputs, judges every time and writes the results, while the worker only runs the kernel
+(:mod:`evaluator.remote`). With ``--compat`` the worker runs the mode, as the contest's does, and
+the parent reads its signed reports. Either way a worker that raises, crashes, hangs, floods its
+output or forges results only ever fails its own contestant: the parent waits with a deadline,
+kills the worker's process group and every process it left behind, undoes what it wrote into
+the project, and turns whatever happened into a stage status and reason. Each finished case is
+handed to ``on_update`` at once, so callers can keep it on disk.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import select
@@ -22,17 +25,26 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluator.channel import ChannelError, Reader, new_key
+import torch
+
+from evaluator.channel import ChannelError, new_key
+from evaluator.containment import contained_stage, worker_env, worker_scratch
 from evaluator.contestant import Contestant
-from evaluator.guards import rule_message
+from evaluator.environment import fingerprint
+from evaluator.execution import WorkerGone
+from evaluator.guards import Hardening, PhysicalFloor, rule_message
+from evaluator.handover import HandoverArena
 from evaluator.precheck import Precheck, precheck_file
+from evaluator.protocol import Harness, combine_seed, run_benchmark, run_leaderboard, run_profile, run_test
+from evaluator.remote import RemoteExecutor, WorkerLink
 from evaluator.results import STAGES_BY_MODE, CaseResult, RunResult, StageResult
-from evaluator.shapes import ShapeSet, Timing
+from evaluator.sandbox import Scratch
+from evaluator.shapes import Case, ShapeSet, Timing
+from evaluator.workerjob import shapes_to_dict
 
 __all__ = ["RunOptions", "StagePlan", "new_run", "plan_stages", "run_contestant", "run_stage", "stage_limit_s"]
 
 _REPO = Path(__file__).resolve().parents[1]
-_TAIL_BYTES = 4000
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 UpdateFn = Callable[[RunResult], None]
@@ -83,8 +95,8 @@ def stage_limit_s(plan: StagePlan, shapes: ShapeSet, options: RunOptions) -> flo
     return shapes.timeout_s(plan.mode) * options.timeout_scale
 
 
-def _worker_env(options: RunOptions) -> dict[str, str]:
-    env = dict(os.environ)
+def _worker_env(options: RunOptions, scratch: Scratch) -> dict[str, str]:
+    env = worker_env(os.environ, scratch)
     env.pop("POPCORN_SEED", None)
     env.pop("POPCORN_FD", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
@@ -98,54 +110,29 @@ def _worker_env(options: RunOptions) -> dict[str, str]:
     return env
 
 
-class _Tail:
-    """The last few kilobytes of a worker's output (a kernel may print megabytes)."""
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> int:
-        self.total += len(chunk)
-        self._data += chunk
-        del self._data[:-_TAIL_BYTES]
-        return len(chunk)
-
-    def text(self) -> str:
-        text = self._data.decode(errors="replace").strip()
-        return ("..." if self.total > _TAIL_BYTES else "") + text
-
-
-def _death(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"the worker was killed by {name}"
-    return f"the worker exited with code {returncode}"
-
-
 class _Collector:
-    """Builds a stage from the worker's messages; survives whatever the worker does."""
+    """Builds a stage from what a ``--compat`` worker sends; survives whatever the worker does.
+
+    Each case it reports is judged against the parent's own copy of that case: a worker that
+    reports a spec it was not given breaks the result channel.
+    """
 
     def __init__(self, plan: StagePlan, shapes: ShapeSet) -> None:
         self.plan = plan
+        self.expected = _stage_cases(plan, shapes)
         self.cases: list[CaseResult] = []
-        self.total = len(shapes.cases(plan.mode))
-        self.environment: dict[str, Any] = {}
-        self.floor: dict[str, float] | None = None
         self.profile_table = ""
         self.error = ""
         self.done = False
 
     def take(self, message: dict[str, Any]) -> None:
         event = message.get("event")
-        if event == "hello":
-            self.environment = message.get("environment", {})
-            self.floor = message.get("floor")
-        elif event == "case":
-            self.cases.append(CaseResult.from_dict(message["result"]))
+        if event == "case":
+            result = CaseResult.from_dict(message["result"])
+            index = len(self.cases)
+            if index >= len(self.expected) or result.case != self.expected[index] or result.index != index:
+                raise ChannelError(f"the worker reported case {index} with a spec it was not given")
+            self.cases.append(result)
         elif event == "profile":
             self.profile_table = message.get("table", "")
         elif event == "error":
@@ -153,17 +140,99 @@ class _Collector:
         elif event == "done":
             self.done = True
 
-    def stage(self, status: str | None, reason: str, wall_s: float, shapes: ShapeSet) -> StageResult:
-        cases = list(self.cases)
-        all_cases = shapes.cases(self.plan.mode)
-        if self.plan.mode == "profile":
-            all_cases = all_cases[:1]
-        for i in range(len(cases), len(all_cases)):
-            cases.append(CaseResult(i, all_cases[i], "skipped", f"not run: {reason}" if reason else "not run"))
-        if status is None:
-            status = "pass" if cases and all(c.passed for c in cases) else "fail"
-        return StageResult(self.plan.name, self.plan.mode, status, tuple(cases), self.plan.secret, reason,
-                           round(wall_s, 3), self.profile_table)
+
+def _stage_cases(plan: StagePlan, shapes: ShapeSet) -> tuple[Case, ...]:
+    cases = shapes.cases(plan.mode)
+    if plan.secret is not None:
+        cases = tuple(c.with_seed(combine_seed(plan.secret, c.seed)) for c in cases)
+    return cases[:1] if plan.mode == "profile" else cases
+
+
+def _finish(plan: StagePlan, shapes: ShapeSet, cases: list[CaseResult], status: str | None, reason: str,
+            wall_s: float, table: str = "") -> StageResult:
+    all_cases = _stage_cases(plan, shapes)
+    cases = list(cases)
+    for i in range(len(cases), len(all_cases)):
+        cases.append(CaseResult(i, all_cases[i], "skipped", f"not run: {reason}" if reason else "not run"))
+    if status is None:
+        status = "pass" if cases and all(c.passed for c in cases) else "fail"
+    return StageResult(plan.name, plan.mode, status, tuple(cases), plan.secret, reason, round(wall_s, 3), table)
+
+
+def _job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: RunOptions, key: str,
+         scratch: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "contestant": contestant.to_dict(),
+        "mode": plan.mode,
+        "secret": plan.secret,
+        "shapes": shapes_to_dict(shapes),
+        "device": options.device,
+        "isolated": not options.compat,
+        "profiler": options.profiler,
+        "scratch": scratch,
+    }
+
+
+def _floor(device: torch.device) -> PhysicalFloor:
+    """The device's measured ceilings, once per process (before any worker of this run)."""
+    if device not in _FLOORS:
+        _FLOORS[device] = PhysicalFloor.measure(device)
+    return _FLOORS[device]
+
+
+def _arena(device: torch.device) -> HandoverArena:
+    if device not in _ARENAS:
+        _ARENAS[device] = HandoverArena(device)
+    return _ARENAS[device]
+
+
+_FLOORS: dict[torch.device, PhysicalFloor] = {}
+_ARENAS: dict[torch.device, HandoverArena] = {}
+_MODES = {"test": run_test, "benchmark": run_benchmark, "leaderboard": run_leaderboard}
+
+
+def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
+                  options: RunOptions, publish: Callable[[list[CaseResult]], None],
+                  on_progress: ProgressFn | None) -> tuple[list[CaseResult], str]:
+    """The hardened stage: the parent runs the mode, the worker only runs the kernel."""
+    device = torch.device(options.device)
+    executor = RemoteExecutor(link, device, _arena(device), rules=True)
+    executor.calibrate()
+    executor.load(contestant.to_dict())
+    floor = _floor(device) if device.type == "cuda" else None
+    progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
+    harness = Harness(executor, Hardening(), floor=floor, progress=progress)
+    cases: list[CaseResult] = []
+    if plan.mode == "profile":
+        result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
+        cases.append(result)
+        publish(cases)
+        return cases, table
+    for result in _MODES[plan.mode](harness, shapes, plan.secret):
+        cases.append(result)
+        publish(cases)
+    return cases, ""
+
+
+def _run_in_worker(link: WorkerLink, plan: StagePlan, shapes: ShapeSet,
+                   publish: Callable[[list[CaseResult]], None], on_progress: ProgressFn | None) -> _Collector:
+    """The ``--compat`` stage: the worker runs the mode beside the kernel and reports cases."""
+    collector = _Collector(plan, shapes)
+    while not collector.done and not collector.error:
+        try:
+            message = link.receive()
+        except ChannelError as exc:
+            raise WorkerGone("fail", rule_message("result-channel", str(exc))) from None
+        try:
+            collector.take(message)
+        except (ChannelError, KeyError, TypeError, ValueError) as exc:
+            raise WorkerGone("fail", rule_message("result-channel", str(exc))) from None
+        if message.get("event") == "case":
+            publish(collector.cases)
+        elif message.get("event") == "progress" and on_progress is not None:
+            on_progress(plan.name, message["progress"])
+    return collector
 
 
 def run_stage(
@@ -174,97 +243,81 @@ def run_stage(
     on_case: Callable[[StageResult], None] | None = None,
     on_progress: ProgressFn | None = None,
 ) -> tuple[StageResult, dict[str, Any]]:
-    """Run one stage in a fresh worker; return the stage and the worker's environment."""
-    key = new_key()
-    reader = Reader(key)
-    collector = _Collector(plan, shapes)
+    """Run one stage in a fresh, contained worker; return the stage and the environment.
+
+    Hardened, the parent runs the mode itself against a worker that holds only the kernel
+    (:mod:`evaluator.remote`); with ``--compat`` the worker runs the mode, as the contest's does.
+    Either way the worker's leftover processes are killed afterwards and what it wrote into the
+    project is undone and named (:mod:`evaluator.sandbox`).
+    """
+    shapes = replace(shapes, timing=options.timing_for(shapes))
     limit_s = stage_limit_s(plan, shapes, options)
-    job = {
-        "key": key,
-        "contestant": contestant.to_dict(),
-        "mode": plan.mode,
-        "secret": plan.secret,
-        "shapes_path": str(shapes.path.resolve()),
-        "device": options.device,
-        "compat": options.compat,
-        "profiler": options.profiler,
-        "timing": options.timing,
-    }
-    read_fd, write_fd = os.pipe()
     started = time.monotonic()
+    environment = fingerprint(torch.device(options.device))
+    key = new_key()
+    scratch = worker_scratch(contestant)
+    cases: list[CaseResult] = []
     status: str | None = None
     reason = ""
-    output = _Tail()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evaluator.worker", str(write_fd)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,), env=_worker_env(options), start_new_session=True,
-    )
-    os.close(write_fd)
+    table = ""
+
+    def publish(current: list[CaseResult]) -> None:
+        cases[:] = current
+        if on_case is not None:
+            on_case(_finish(plan, shapes, current, None, "", time.monotonic() - started))
+
+    with contained_stage(shapes.path if shapes.path.is_file() else None) as containment:
+        read_fd, write_fd = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evaluator.worker", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), env=_worker_env(options, scratch), start_new_session=True,
+        )
+        os.close(write_fd)
+        link = WorkerLink(proc, read_fd, key, started + limit_s, limit_s, plan.mode)
+        try:
+            link.send_line(_job(contestant, plan, shapes, options, key, str(scratch.path)))
+            if options.compat:
+                collector = _run_in_worker(link, plan, shapes, publish, on_progress)
+                table = collector.profile_table
+                if collector.error:
+                    status, reason = "error", collector.error
+            else:
+                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, on_progress)
+                link.send({"op": "bye"})
+        except WorkerGone as gone:
+            status, reason = gone.status, gone.reason
+        finally:
+            os.close(read_fd)  # first: a worker still writing gets EPIPE, not a wait
+            _stop(proc, link)
+    problem = containment.problem()
+    if problem and status is None:
+        status, reason = "fail", problem
+    elif problem:
+        reason = f"{reason}; {problem}"
+    stage = _finish(plan, shapes, cases, status, reason, time.monotonic() - started, table)
+    return stage, environment
+
+
+def _stop(proc: subprocess.Popen[bytes], link: WorkerLink) -> None:
+    """Let a finished worker exit (draining its output), else kill its whole process group."""
     assert proc.stdin is not None
     assert proc.stdout is not None
-    out_fd = proc.stdout.fileno()
-    try:
-        proc.stdin.write((json.dumps(job) + "\n").encode())
+    with contextlib.suppress(OSError):
         proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    open_fds = [read_fd, out_fd]
-    try:
-        while read_fd in open_fds:
-            remaining = limit_s - (time.monotonic() - started)
-            if remaining <= 0:
-                status, reason = "timeout", f"exceeded the {limit_s:.0f} s limit of {plan.mode} mode"
-                break
-            ready, _, _ = select.select(open_fds, [], [], min(remaining, 1.0))
-            messages = []
-            for fd in ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    open_fds.remove(fd)
-                elif fd == out_fd:
-                    output.add(chunk)
-                else:
-                    messages += reader.feed(chunk)
-            for message in messages:
-                collector.take(message)
-                if message.get("event") == "case" and on_case is not None:
-                    on_case(collector.stage(None, "", time.monotonic() - started, shapes))
-                elif message.get("event") == "progress" and on_progress is not None:
-                    on_progress(plan.name, message["progress"])
-    except ChannelError as exc:
-        status, reason = "fail", rule_message("result-channel", str(exc))
-    finally:
-        os.close(read_fd)  # first: a worker still writing results gets EPIPE, not a 5 s wait
-        _stop(proc, out_fd, output)
-    if status is None:
-        if collector.error:
-            status, reason = "error", collector.error
-        elif not collector.done:
-            status = "crash"
-            tail = output.text()
-            reason = f"{_death(proc.returncode)} before finishing"
-            if tail:
-                reason += f"; its output ended with:\n{tail}"
-    stage = collector.stage(status, reason, time.monotonic() - started, shapes)
-    return stage, collector.environment
-
-
-def _stop(proc: subprocess.Popen[bytes], out_fd: int, output: _Tail) -> None:
-    """Let a finished worker exit (draining its output), else kill its whole process group."""
     deadline = time.monotonic() + 5
+    out_fd = proc.stdout.fileno()
     reading = True
     while proc.poll() is None and time.monotonic() < deadline:
         if not reading:
             time.sleep(0.02)
             continue
         ready, _, _ = select.select([out_fd], [], [], 0.1)
-        if ready and not output.add(os.read(out_fd, 1 << 16)):
+        if ready and not link.output.add(os.read(out_fd, 1 << 16)):
             reading = False
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # also ends what the worker left behind
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert proc.stdout is not None
     proc.stdout.close()
 
 
