@@ -206,16 +206,17 @@ ATTEMPTS = """
     attempt("signal own child", lambda: subprocess.Popen(["sleep", "10"]).kill())
     attempt("probe the parent", lambda: os.kill(os.getppid(), 0))
     hooked = []
-    sys.addaudithook(lambda *a: hooked.append(a))  # refused silently, as Python does
+    sys.addaudithook(lambda *a: hooked.append(a))  # torch.compile adds one: allowed, it cannot remove ours
+    open(os.path.join(scratch, "y"), "w").close()
     results["addaudithook"] = "allowed" if hooked else "refused"
     results["recorded"] = len(refusals())
     print(json.dumps(results))
 """
 REFUSED = ["setprofile", "settrace", "gc.get_objects", "gc.get_referrers", "os.fork", "write outside",
            "os.open outside", "rename outside", "symlink outside", "hard link outside", "dir fd outside",
-           "parent's fds", "SIGSTOP the parent", "addaudithook"]
+           "parent's fds", "SIGSTOP the parent"]
 ALLOWED = ["write scratch", "read anywhere", "remove in scratch", "subprocess", "signal own child",
-           "probe the parent"]
+           "probe the parent", "addaudithook"]
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,13 @@
 """The worker's audit hook: refuse, in the worker's interpreter, what no honest kernel needs.
 
 Installed by the worker (:func:`install_audit_hook`) after the evaluator's own imports and
-before the kernel's. A refused action raises ``PermissionError("[rule sandbox] ...")`` (a
-``RuntimeError`` for ``sys.addaudithook``, which Python then swallows: the hook simply is not
-added) and is recorded, so the worker can report it even if the kernel catches the error;
+before the kernel's. A refused action raises ``PermissionError("[rule sandbox] ...")`` and is
+recorded, so the worker can report it even if the kernel catches the error;
 with ``report_fd`` each refusal is also written there at once, and a worker that can no longer
 write it exits with :data:`EXIT_UNREPORTED`.
 
 Refused: ``sys.setprofile``/``sys.settrace`` (also through ``threading`` and the C API, and the
-3.12 all-threads variants), ``sys.addaudithook``, ``gc.get_objects``/``get_referrers``/
+3.12 all-threads variants), ``gc.get_objects``/``get_referrers``/
 ``get_referents``, ``os.fork``/``os.forkpty`` and ``os.exec*`` (subprocesses are allowed:
 Triton runs ``ptxas`` and ``torch.compile`` starts compile workers through ``subprocess``),
 ``os.kill``/``os.killpg`` aimed at a process that is not this one or its descendant (signal 0
@@ -52,7 +51,6 @@ _ALWAYS_REFUSED = {
     "sys.settrace": "trace hooks run code outside the kernel's calls",
     "sys._setprofileallthreads": "profile hooks run code outside the kernel's calls",
     "sys._settraceallthreads": "trace hooks run code outside the kernel's calls",
-    "sys.addaudithook": "audit hooks run code outside the kernel's calls",
     "gc.get_objects": "walking the heap finds the harness's objects",
     "gc.get_referrers": "walking the heap finds the harness's objects",
     "gc.get_referents": "walking the heap finds the harness's objects",
@@ -99,7 +97,7 @@ def install_audit_hook(
     _path_events = types.MappingProxyType(dict(_PATH_EVENTS))
     _roots = (*map(os.path.realpath, write_roots), "/dev/shm")
     _files = ("/dev/null",)
-    _permission, _runtime, _exception, _oserror = PermissionError, RuntimeError, Exception, OSError
+    _permission, _exception, _oserror = PermissionError, Exception, OSError
     _rule, _unreported = RULE, EXIT_UNREPORTED
     _write_flags, _file_type, _link, _directory, _max_links = _WRITE_FLAGS, _FILE_TYPE, _LINK, _DIRECTORY, _MAX_LINKS
     records: tuple[str, ...] = ()
@@ -307,8 +305,6 @@ def install_audit_hook(
                 _write(report_fd, (message + "\n").encode())
             except _oserror:
                 _exit(_unreported)
-        if event == "sys.addaudithook":
-            raise _runtime(message)
         raise _permission(message)
 
     def refusals() -> tuple[str, ...]:
