@@ -13,14 +13,15 @@ memory the parent allocated and the worker only maps:
 Each buffer is its own storage with no offset, as the contest's tensors are (kernels that cache
 CUDA graphs by pointer, or take a fast path for offset-free tensors, behave as they would there).
 The worker never allocates what the parent reads, so it cannot free memory under the parent.
+Buffers given back are kept, by shape, for the next case, stage or contestant: a new allocation
+and a new IPC mapping cost far more than the copy that fills a kept buffer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import tempfile
+from collections import defaultdict
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -51,8 +52,8 @@ def _dtype(name: str) -> torch.dtype:
 class HandoverArena:
     """The parent's allocator of handed-over buffers for one device (see the module docstring).
 
-    ``new(shape)`` returns a zeroed float32 tensor and a picklable spec from which
-    :func:`attach` maps the same memory in the worker.
+    ``new(shape)`` returns a float32 tensor (of unspecified content) and a picklable spec from
+    which :func:`attach` maps the same memory in the worker; :meth:`give_back` keeps it for reuse.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -60,8 +61,23 @@ class HandoverArena:
         self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
         self._folder: Path | None = None
         self._names = count()
+        self._free: dict[tuple[tuple[int, ...], torch.dtype], list[tuple[torch.Tensor, Any]]] = defaultdict(list)
 
     def new(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, Any]:
+        kept = self._free.get((tuple(shape), dtype))
+        if kept:
+            return kept.pop()
+        try:
+            return self._allocate(shape, dtype)
+        except torch.OutOfMemoryError:
+            self._free.clear()  # kept buffers of other shapes go back to the pool first
+            return self._allocate(shape, dtype)
+
+    def give_back(self, tensor: torch.Tensor, spec: Any) -> None:
+        """Keep a buffer for the next :meth:`new` of its shape (the worker has let go of it)."""
+        self._free[(tuple(tensor.shape), tensor.dtype)].append((tensor, spec))
+
+    def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
         if self._pool is not None:
             with torch.cuda.use_mem_pool(self._pool):
                 tensor = torch.zeros(shape, dtype=dtype, device=self.device)
@@ -81,13 +97,8 @@ class HandoverArena:
             self._folder = Path(tempfile.mkdtemp(prefix="qrbench-handover-", dir=_SHM if usable else None))
         return self._folder
 
-    def forget(self, spec: Any) -> None:
-        """Drop a CPU buffer's file once neither side maps it (CUDA buffers go with their tensor)."""
-        if isinstance(spec, _FileSpec):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(spec.path)
-
     def close(self) -> None:
+        self._free.clear()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None

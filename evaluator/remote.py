@@ -248,7 +248,10 @@ class RemoteExecutor:
         synchronize()
         token = next(self._ids)
         self.link.ask({"op": "hand", "id": token, "inputs": specs, "outputs": out_specs}, "handed")
-        return Handed(inputs, _Binding(token, outputs, specs + [s for pair in out_specs for s in pair]))
+        kept = list(zip(inputs, specs, strict=True))
+        for pair, spec_pair in zip(outputs, out_specs, strict=True):
+            kept += zip(pair, spec_pair, strict=True)
+        return Handed(inputs, _Binding(token, outputs, kept))
 
     def call(self, handed: Handed, index: int, profile: Profile = "") -> Returned:
         binding = _binding(handed)
@@ -279,8 +282,9 @@ class RemoteExecutor:
         self.link.ask({"op": "release", "id": binding.token}, "released")
         handed.tensors.clear()
         binding.outputs.clear()
-        for spec in binding.specs:
-            self.arena.forget(spec)
+        for tensor, spec in binding.buffers:
+            self.arena.give_back(tensor, spec)
+        binding.buffers.clear()
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -312,7 +316,7 @@ class RemoteExecutor:
 class _Binding:
     token: int
     outputs: list[tuple[torch.Tensor, torch.Tensor]]
-    specs: list[Any]
+    buffers: list[tuple[torch.Tensor, Any]]
 
 
 def _binding(handed: Handed) -> _Binding:
