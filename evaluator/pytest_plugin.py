@@ -127,6 +127,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ])
 
 
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """What a benchmarking session runs, and the note for a CPU run of a shape file without
+    ``timing`` (its timed passes follow the contest's GPU protocol: minutes per case)."""
+    if _PLAN not in config.stash:
+        return []
+    plan = config.stash[_PLAN]
+    note = plan.shapes.timing_note(plan.options.device)
+    return [f"qrbench: shape set {plan.shapes.name} on {plan.options.device}", *([f"qrbench: {note}"] if note else [])]
+
+
 @pytest.fixture(scope="session")
 def qrbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CaseTimer:
     """Times the cases this session selected (after ``-k`` and friends), a worker per contestant."""

@@ -63,6 +63,20 @@ def test_benchmark_only_at_the_root_collects_the_contestants() -> None:
                       for name in ("geqrf", "blocked_wy") for case_id in CASE_IDS}
 
 
+def test_a_cpu_session_on_a_shape_file_without_timing_gets_the_note(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("\n".join(line for line in TINY.read_text().splitlines()
+                                if not line.startswith(("timing:", "  "))))
+    args = ("--collect-only", "-q", "--benchmark-only", "benchmarks", "--qrbench-device", "cpu",
+            "--qrbench-contestants", "geqrf")
+    proc = _pytest_at_root(*args, "--qrbench-shapes", str(plain))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"qrbench: note: {plain} has no timing section" in proc.stdout
+    proc = _pytest_at_root(*args, "--qrbench-shapes", str(TINY))
+    assert "qrbench: shape set tiny on cpu" in proc.stdout
+    assert "no timing section" not in proc.stdout
+
+
 def test_a_bad_contestant_stops_the_session_with_its_reason() -> None:
     proc = _pytest_at_root("--collect-only", "-q", "--benchmark-only", "benchmarks",
                            "--qrbench-contestants", "no_such_kernel")
