@@ -46,7 +46,7 @@ from reference import generate_input, verdict  # noqa: E402
 
 Kernel = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
-# torch.geqrf through the published evaluator on an H200 (anchors.md), for --skip-geqrf-timing.
+# torch.geqrf through the published evaluator on an H200 (docs/problem.md §6), for --skip-geqrf-timing.
 GEQRF_ANCHOR_MS = {
     "20x32": 0.2809,
     "40x176": 15.12,
@@ -305,7 +305,7 @@ def main() -> int:
     parser.add_argument("--graph", help="blocked_wy CUDA graphs: on, off")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-tests", action="store_true", help="skip the correctness pass over the test cases")
-    parser.add_argument("--skip-geqrf-timing", action="store_true", help="use anchors.md figures for geqrf")
+    parser.add_argument("--skip-geqrf-timing", action="store_true", help="use docs/problem.md §6 figures for geqrf")
     parser.add_argument("--budget-s", type=float, default=230.0, help="stop timing once this much wall time passed")
     args = parser.parse_args()
     log = Log()
@@ -377,7 +377,7 @@ def main() -> int:
 
     measured = "geqrf" in results and results["geqrf"].ms and not args.skip_geqrf_timing
     reference_ms = {**GEQRF_ANCHOR_MS, **(results["geqrf"].ms if measured else {})}
-    source = "measured" if measured else "anchors.md"
+    source = "measured" if measured else "docs/problem.md §6"
     log(f"\n== summary (speedups over {source} geqrf; {time.perf_counter() - began:.0f} s)")
     table(results, benches, reference_ms, log)
     return 0

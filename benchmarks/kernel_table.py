@@ -7,7 +7,7 @@ Run on a GPU from the repo root::
 Each contestant goes through the evaluator's ``benchmark`` mode (its own worker, the hardened
 protocol, every timed output checked); the table gives per-case means, the speedup over
 geqrf, the fraction of the FP32 floor reached (4/3 n^3 flops per matrix at the datasheet FP32
-rate, as in ``anchors.md``), the worst scaled factor residual seen, and geometric means, with
+rate, as in docs/problem.md §6), the worst scaled factor residual seen, and geometric means, with
 the GPU, versions and date. ``--from RESULTS.json...`` renders the table from earlier runs
 (the benchmark stage of each, e.g. of leaderboard runs) instead of running.
 """
@@ -28,7 +28,7 @@ from evaluator.results import RunResult, load_results, write_results
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
 
-FP32_FLOPS_PER_S = 67e12  # H200 datasheet FP32 (non-tensor) rate, the floor anchors.md uses
+FP32_FLOPS_PER_S = 67e12  # H200 datasheet FP32 (non-tensor) rate, the floor docs/problem.md §6 uses
 KERNELS = ("geqrf", "blocked_wy", "cholesky_orhr")
 
 

@@ -79,6 +79,8 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
     """Run every contestant in turn, rewriting the results file after each finished case."""
     device = pick_device(args.device)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
+    if note := shapes.timing_note(device):
+        print(note, file=sys.stderr)
     contestants = resolve_contestants(args.contestants)
     options = RunOptions(device=device, seed=args.seed, compat=args.compat,
                          profiler=getattr(args, "profiler", False), timing=timing_overrides(args),

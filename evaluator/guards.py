@@ -1,4 +1,4 @@
-"""The hardening rules: each closes one hole of the contest's evaluator (SPEC §5).
+"""The hardening rules: each closes one hole of the contest's evaluator (docs/problem.md §5).
 
 Every rule has a short name that appears in the message of the failure it causes, so a
 rejected kernel learns which rule it broke. A check returns that message, or None.

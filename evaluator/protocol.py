@@ -1,11 +1,11 @@
-"""The run modes (SPEC §4) as plain functions over an executor, a checker and a clock.
+"""The run modes (docs/problem.md §4) as plain functions over an executor, a checker and a clock.
 
 No files, pipes or printing here: a mode yields :class:`CaseResult`s and reports progress
 through a callback. Where the kernel runs is the :class:`~evaluator.execution.Executor`'s
 business: in a hardened run these functions run in the parent, which makes every input, checks
 every output and judges every time while the kernel sits in a worker of its own
 (:mod:`evaluator.remote`); a ``--compat`` worker runs them beside the kernel, as the contest does.
-With :class:`~evaluator.guards.Hardening` all on (the default) the holes of SPEC §5 are closed;
+With :class:`~evaluator.guards.Hardening` all on (the default) the holes of docs/problem.md §5 are closed;
 ``Hardening.compat()`` runs the contest's protocol step for step.
 """
 

@@ -1,4 +1,4 @@
-"""Summary statistics of repeat timings, computed as the contest computes them (SPEC §4)."""
+"""Summary statistics of repeat timings, computed as the contest computes them (docs/problem.md §4)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class StoppingRule(Protocol):
 
 @dataclass(frozen=True)
 class ContestRule:
-    """The contest's rule (SPEC §4): once there are at least ``min_samples`` samples and more
+    """The contest's rule (docs/problem.md §4): once there are at least ``min_samples`` samples and more
     than ``min_elapsed_s`` of wall time has passed, stop when the relative standard error is
     under ``err_rel`` or when the summed kernel time exceeds ``budget_s``."""
 

@@ -1,6 +1,6 @@
 """The qr_v2 checker: the contest's gates, in the contest's order, with the contest's messages.
 
-``check(A, output) -> (passed, message)`` is the published verdict (SPEC §3). ``verdict`` returns
+``check(A, output) -> (passed, message)`` is the published verdict (docs/problem.md §3). ``verdict`` returns
 the same verdict with its figures as numbers (``Verdict.diagnostics``), and chooses how Q is
 materialised from ``(H, tau)``:
 
@@ -112,7 +112,7 @@ def _materialise_q(h: torch.Tensor, tau: torch.Tensor, method: Literal["publishe
 
 
 def _gated(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, method: Literal["published", "blocked"]) -> Verdict:
-    """Gates 3-6 of SPEC §3, with Q materialised by ``method``."""
+    """Gates 3-6 of docs/problem.md §3, with Q materialised by ``method``."""
     batch, n, _ = a.shape
     factor_rtol = _rtol(n, FACTOR_RTOL_FACTOR)
     orth_rtol = _rtol(n, ORTH_RTOL_FACTOR)

@@ -2,7 +2,7 @@
 
 ``torch.linalg.householder_product`` (what the contest's checker calls) loops over the batch
 on CUDA, one cuSOLVER call per matrix, which makes it the slowest part of a check once a
-kernel is fast (0.24 s at 640x512 on an H200, ``anchors.md``). Here Q is built as LAPACK's
+kernel is fast (0.24 s at 640x512 on an H200, docs/problem.md §6). Here Q is built as LAPACK's
 blocked ``orgqr`` does, but for the whole batch in a fixed number of launches: reflectors are
 grouped in blocks of ``block`` columns, each block becomes ``I - V T V^T`` (compact WY, T as
 in ``larft``), and the blocks are applied right to left with batched matrix products.

@@ -1,4 +1,4 @@
-"""The qr_v2 input generator, reproduced draw for draw (SPEC §2).
+"""The qr_v2 input generator, reproduced draw for draw (docs/problem.md §2).
 
 Every random draw goes through one seeded generator on the input's device, in the
 order the published generator makes them, so a spec gives the same bytes as the
@@ -126,7 +126,7 @@ CASES: tuple[str, ...] = (*_TRANSFORMS, "mixed")
 
 
 def _mixed(a: torch.Tensor, cond: int, gen: torch.Generator) -> torch.Tensor:
-    """Give each matrix its own profile, at random positions (SPEC §2 step 6)."""
+    """Give each matrix its own profile, at random positions (docs/problem.md §2 step 6)."""
     m = a.shape[0]
     device = a.device
     weights = torch.tensor(MIXED_WEIGHTS, dtype=_F32, device=device)

@@ -1,4 +1,4 @@
-"""The generator reproduces the contest's inputs byte for byte (SPEC §2, golden hashes)."""
+"""The generator reproduces the contest's inputs byte for byte (docs/problem.md §2, golden hashes)."""
 
 from __future__ import annotations
 
