@@ -17,7 +17,7 @@ import torch
 
 from evaluator import guards
 
-__all__ = ["deliver", "deliver_all", "received"]
+__all__ = ["deliver", "deliver_all", "received", "snapshot"]
 
 Form = dict[str, Any]
 
@@ -92,3 +92,10 @@ def received(form: Form, buffers: Sequence[torch.Tensor]) -> tuple[object, str |
     output = tuple(buffer if item.get("kind") == "buffer" else _stand_in(item)
                    for item, buffer in zip(items, buffers, strict=True))
     return output, problem if isinstance(problem, str) or problem is None else str(problem)
+
+
+def snapshot(output: object) -> object:
+    """A copy of a plain output's tensors, to compare the output with later (rule ``settled``)."""
+    if type(output) is not tuple:
+        return output
+    return tuple(torch.Tensor.clone(v) if type(v) is torch.Tensor else v for v in output)

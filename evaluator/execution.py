@@ -57,12 +57,14 @@ class Handed:
 class Returned:
     """One call's result as the evaluator sees it: ``output`` is what the checker gets (plain
     tensors over the output's memory, or stand-ins for a malformed output), ``problem`` an output
-    rule broken where the kernel ran, ``table`` a profiler table where one was asked for."""
+    rule broken where the kernel ran, ``table`` a profiler table where one was asked for, and
+    ``snapshot`` a copy taken the moment the output was reported, where the executor takes one."""
 
     output: object
     problem: str | None = None
     table: str = ""
     raw: object = field(default=None, repr=False)
+    snapshot: object = field(default=None, repr=False)
 
 
 class Executor(Protocol):

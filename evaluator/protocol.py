@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluator import guards
+from evaluator.delivery import snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
 from evaluator.guards import Hardening, PhysicalFloor
 from evaluator.results import CaseResult
@@ -61,7 +62,6 @@ def _no_progress(event: dict[str, object]) -> None:
 _perf_counter_ns = time.perf_counter_ns
 _randbits = secrets.randbits
 _sleep = time.sleep
-_clone = torch.Tensor.clone
 
 
 @dataclass
@@ -180,13 +180,6 @@ class _Inputs:
         synchronize()  # complete before the kernel is called, as the contest's inputs are
 
 
-def _snapshot(output: object) -> object:
-    """A copy of a plain output's tensors, taken the moment the repeat is reported."""
-    if type(output) is not tuple:
-        return output
-    return tuple(_clone(v) if type(v) is torch.Tensor else v for v in output)
-
-
 def _checked(h: Harness, pristine: torch.Tensor, output: object, fresh_rule: bool) -> str:
     v = h.check(pristine, output)
     if v.passed:
@@ -224,7 +217,7 @@ def _repeat_problem(h: Harness, inputs: _Inputs, returned: Sequence[Returned], r
         for p, r in zip(inputs.pristine, returned, strict=True):
             message = message or _checked(h, p, r.output, h.hardening.fresh_inputs)
         return message
-    snapshots = [_snapshot(r.output) for r in returned]
+    snapshots = [snapshot(r.output) if r.snapshot is None else r.snapshot for r in returned]
     synchronize()
     message = ""
     for given, p, r, snap in zip(inputs.tensors, inputs.pristine, returned, snapshots, strict=True):

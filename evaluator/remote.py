@@ -16,6 +16,7 @@ pickles, never reads one); replies come back on the authenticated result channel
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import select
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from evaluator.channel import ChannelError, Reader
-from evaluator.delivery import received
+from evaluator.delivery import received, snapshot
 from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGone
 from evaluator.guards import rule_message
 from evaluator.handover import HandoverArena
@@ -264,18 +265,26 @@ class RemoteExecutor:
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
         reply, witness_ns = self._witness(handed, install, deliver)
         binding = _binding(handed)
+        outputs = self._timed_outputs(reply, binding) if deliver else []
         nbytes = sum(t.numel() * 4 for t in handed.tensors)
         if deliver:
             nbytes += sum(h.numel() * 4 + tau.numel() * 4 for h, tau in binding.outputs)
         assert self.allowance is not None, "calibrate() first"
-        measurement = Measurement(float(reply["elapsed_ns"]), float(reply.get("tail_ns", 0.0)), witness_ns,
+        measurement = Measurement(_duration(reply, "elapsed_ns"), _duration(reply, "tail_ns"), witness_ns,
                                   self.allowance.of(len(handed.tensors), nbytes))
-        if not deliver:
-            return measurement, []
+        return measurement, outputs
+
+    def _timed_outputs(self, reply: dict[str, Any], binding: _Binding) -> list[Returned]:
+        """The repeat's outputs, copied at once: what a worker still writes after reporting
+        shows as a difference from these copies (rule ``settled``)."""
         forms = reply.get("forms", [])
-        if len(forms) != len(binding.outputs):
+        if not isinstance(forms, list) or len(forms) != len(binding.outputs):
             raise WorkerGone("fail", rule_message("result-channel", "a repeat reported the wrong number of outputs"))
-        return measurement, [self._returned(f, out) for f, out in zip(forms, binding.outputs, strict=True)]
+        returned = [self._returned(f, out) for f, out in zip(forms, binding.outputs, strict=True)]
+        for r in returned:
+            r.snapshot = snapshot(r.output)
+        synchronize()
+        return returned
 
     def release(self, handed: Handed) -> None:
         binding = _binding(handed)
@@ -310,6 +319,14 @@ class RemoteExecutor:
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkerGone("fail", rule_message("result-channel", f"a malformed output form: {exc}")) from None
         return Returned(output, problem)
+
+
+def _duration(reply: dict[str, Any], key: str) -> float:
+    """A time the worker reported: a finite, non-negative number of nanoseconds."""
+    value = reply.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise WorkerGone("fail", rule_message("result-channel", f"the worker reported {key} = {value!r}"))
+    return float(value)
 
 
 @dataclass

@@ -15,6 +15,7 @@ the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.channe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -67,6 +68,8 @@ class _Server:
         self.out = out
         self.scratch = job.get("scratch")
         self.kernel: Any = None
+        self.folder = Path(job["contestant"]["path"]).parent
+        self.modules = contextlib.ExitStack()
         self.refusals: Callable[[], tuple[str, ...]] = tuple
         self.handed: dict[int, tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
 
@@ -91,6 +94,9 @@ class _Server:
 
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
         self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None)
+        # Only now, after calibration and behind the sandbox, may the submission's folder shadow
+        # a module the worker imports; it stays on the path for the kernel's lazy imports.
+        self.modules.enter_context(contest_modules(self.folder))
         self.kernel = load_kernel(_contestant(message["contestant"]))
         return {"event": "loaded"}
 
@@ -158,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         out.send({"event": "error", "message": "--device cuda asked for, but this machine has no CUDA device"})
         return 0
-    with contest_modules(Path(job["contestant"]["path"]).parent):
-        if job["isolated"]:
-            set_seed(job["secret"] or 42)
-            _Server(job, out).serve(stdin)
-        else:
+    if job["isolated"]:
+        set_seed(job["secret"] or 42)
+        _Server(job, out).serve(stdin)
+    else:
+        with contest_modules(Path(job["contestant"]["path"]).parent):
             _run_in_process(job, out)
     os.close(fd)
     return 0
