@@ -23,6 +23,7 @@ from evaluator import guards
 from evaluator.delivery import snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
 from evaluator.guards import Hardening, PhysicalFloor
+from evaluator.ledger import Ledger
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
 from evaluator.stats import Stats
@@ -77,6 +78,7 @@ class Harness:
     floor: PhysicalFloor | None = None
     progress: Progress = _no_progress
     clock: Callable[[], int] = _perf_counter_ns
+    ledger: Ledger = field(default_factory=Ledger)
 
     def __post_init__(self) -> None:
         self.worst: dict[str, float] = {}
@@ -84,7 +86,8 @@ class Harness:
     def check(self, a: torch.Tensor, output: object) -> Verdict:
         """Check one output; passing checks also raise ``worst`` (the largest scaled residuals
         seen since it was last cleared), which a timed case reports over all its checks."""
-        v = verdict(a, output, self.q_method)
+        with self.ledger.timing("check"):
+            v = verdict(a, output, self.q_method)
         if v.passed:
             for key in _WORST_KEYS:
                 self.worst[key] = max(self.worst.get(key, 0.0), float(v.diagnostics[key]))
@@ -123,11 +126,13 @@ def _seeded(case: Case, secret: int | None) -> Case:
 def _single_call(h: Harness, case: Case, profile: str = "") -> tuple[CaseResult, str]:
     """Generate, hand a copy to the kernel, call it once, check: the contest's ``test`` mode
     for one case (and ``profile`` mode's call, with its profiler table)."""
-    data = generate_input(**case.generator_args())
-    synchronize()
-    handed = h.executor.hand([data])
+    with h.ledger.timing("inputs"):
+        data = generate_input(**case.generator_args())
+        synchronize()
+        handed = h.executor.hand([data])
     try:
-        returned = h.executor.call(handed, 0, profile)
+        with h.ledger.timing("untimed_calls"):
+            returned = h.executor.call(handed, 0, profile)
         problem = h.call_problem(returned, handed.tensors[0], data)
         if problem:
             return CaseResult(0, case, "fail", problem, seeds=(case.seed,)), returned.table
@@ -192,9 +197,11 @@ def _checked(h: Harness, pristine: torch.Tensor, output: object, fresh_rule: boo
 def _first_pass(h: Harness, inputs: _Inputs) -> str:
     """Call the kernel once per input, on copies, and check each result (the contest's
     correctness pass before timing); the first failure's message, or ''."""
-    copies = h.executor.hand(inputs.pristine)
+    with h.ledger.timing("inputs"):
+        copies = h.executor.hand(inputs.pristine)
     try:
-        returned = [h.executor.call(copies, i) for i in range(len(copies.tensors))]
+        with h.ledger.timing("untimed_calls"):
+            returned = [h.executor.call(copies, i) for i in range(len(copies.tensors))]
         message = ""
         for given, pristine, r in zip(copies.tensors, inputs.pristine, returned, strict=True):
             message = message or h.call_problem(r, given, pristine) or _checked(h, pristine, r.output, False)
@@ -217,16 +224,18 @@ def _repeat_problem(h: Harness, inputs: _Inputs, returned: Sequence[Returned], r
         for p, r in zip(inputs.pristine, returned, strict=True):
             message = message or _checked(h, p, r.output, h.hardening.fresh_inputs)
         return message
-    snapshots = [snapshot(r.output) if r.snapshot is None else r.snapshot for r in returned]
-    synchronize()
+    with h.ledger.timing("check"):
+        snapshots = [snapshot(r.output) if r.snapshot is None else r.snapshot for r in returned]
+        synchronize()
     message = ""
     for given, p, r, snap in zip(inputs.tensors, inputs.pristine, returned, snapshots, strict=True):
         message = message or h.call_problem(r, given, p) or _settled(r.output, snap)
         if not message:
             message = _checked(h, p, snap, h.hardening.fresh_inputs)
             message = message and (_settled_after_grace(r.output, snap) or message)
-    for r, snap in zip(returned, snapshots, strict=True):
-        message = message or _settled(r.output, snap)
+    with h.ledger.timing("check"):
+        for r, snap in zip(returned, snapshots, strict=True):
+            message = message or _settled(r.output, snap)
     return message
 
 
@@ -253,7 +262,8 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
     measurements: list[Measurement] = []
     started_ns = h.clock()
     for repeat in range(settings.max_repeats):
-        inputs.refresh()
+        with h.ledger.timing("inputs"):
+            inputs.refresh()
         measurement, returned = h.executor.timed(handed, inputs.install, deliver=settings.recheck)
         measurements.append(measurement)
         message = _repeat_problem(h, inputs, returned, settings.recheck)
@@ -294,9 +304,10 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     seeds = (case.seed,)
     handed: Handed | None = None
     try:
-        inputs = _Inputs(case, timing.input_count(case), h.hardening.fresh_inputs)
-        seeds = tuple(inputs.seeds)
-        handed = h.executor.hand(inputs.pristine)
+        with h.ledger.timing("inputs"):
+            inputs = _Inputs(case, timing.input_count(case), h.hardening.fresh_inputs)
+            seeds = tuple(inputs.seeds)
+            handed = h.executor.hand(inputs.pristine)
         inputs.tensors = handed.tensors
         message = _first_pass(h, inputs)
         if not message:

@@ -36,6 +36,7 @@ from evaluator.delivery import received, snapshot
 from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGone
 from evaluator.guards import rule_message
 from evaluator.handover import HandoverArena
+from evaluator.ledger import Ledger
 from evaluator.timing import L2Flush, Measurement, synchronize
 
 __all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "frame"]
@@ -93,6 +94,12 @@ class WorkerLink:
         self._pending: list[dict[str, Any]] = []
         self._deadline = deadline
         self._limit = f"exceeded the {limit_s:.0f} s limit of {mode} mode"
+
+    def ready(self) -> None:
+        """Wait for the worker's first message: its imports are done."""
+        message = self.receive()
+        if message.get("event") != "ready":
+            raise WorkerGone("fail", rule_message("result-channel", f"expected 'ready', got {message!r:.80}"))
 
     def send_line(self, job: dict[str, Any]) -> None:
         """The job, the worker's first stdin line (JSON)."""
@@ -185,8 +192,9 @@ class RemoteExecutor:
     """Runs the kernel in a worker (see the module docstring) for the run modes."""
 
     def __init__(self, link: WorkerLink, device: torch.device, arena: HandoverArena, rules: bool,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+                 clock: Callable[[], int] = time.perf_counter_ns, ledger: Ledger | None = None) -> None:
         self.link = link
+        self.ledger = ledger or Ledger()
         self.device = device
         self.arena = arena
         self.rules = rules
@@ -201,10 +209,14 @@ class RemoteExecutor:
     def calibrate(self) -> Allowance:
         """Time the hand-over while the worker is still only the evaluator: null repeats, and
         repeats of a built-in kernel over many small inputs (for the per-call part)."""
-        null = [self._witness(None, lambda: None, deliver=False)[1] for _ in range(_CALIBRATION_REPEATS)]
+        with self.ledger.timing("calibration"):
+            return self._calibrate()
+
+    def _calibrate(self) -> Allowance:
+        null = [self._witness(None, lambda: None, deliver=False, record=False)[1] for _ in range(_CALIBRATION_REPEATS)]
         tiny = self.hand([torch.zeros(1, 4, 4, device=self.device)] * _CALIBRATION_INPUTS)
         try:
-            busy = [self._witness(tiny, lambda: None, deliver=True, builtin=True)[1]
+            busy = [self._witness(tiny, lambda: None, deliver=True, builtin=True, record=False)[1]
                     for _ in range(_CALIBRATION_REPEATS)]
         finally:
             self.release(tiny)
@@ -231,7 +243,8 @@ class RemoteExecutor:
     def load(self, contestant: dict[str, str]) -> None:
         """Import the kernel in the worker (its sandbox closes first); a kernel that cannot be
         loaded ends the stage with the worker's message."""
-        self.link.ask({"op": "load", "contestant": contestant}, "loaded")
+        with self.ledger.timing("load"):
+            self.link.ask({"op": "load", "contestant": contestant}, "loaded")
 
     # -- the Executor interface ---------------------------------------------------------------
 
@@ -263,15 +276,20 @@ class RemoteExecutor:
         return returned
 
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
+        flushed = self.ledger.seconds["flush"]
         reply, witness_ns = self._witness(handed, install, deliver)
         binding = _binding(handed)
-        outputs = self._timed_outputs(reply, binding) if deliver else []
+        with self.ledger.timing("check"):
+            outputs = self._timed_outputs(reply, binding) if deliver else []
         nbytes = sum(t.numel() * 4 for t in handed.tensors)
         if deliver:
             nbytes += sum(h.numel() * 4 + tau.numel() * 4 for h, tau in binding.outputs)
         assert self.allowance is not None, "calibrate() first"
         measurement = Measurement(_duration(reply, "elapsed_ns"), _duration(reply, "tail_ns"), witness_ns,
                                   self.allowance.of(len(handed.tensors), nbytes))
+        kernel_s = min(measurement.elapsed_ns, witness_ns) / 1e9
+        self.ledger.add("kernel", kernel_s)
+        self.ledger.add("handover", max(0.0, witness_ns / 1e9 - kernel_s - (self.ledger.seconds["flush"] - flushed)))
         return measurement, outputs
 
     def _timed_outputs(self, reply: dict[str, Any], binding: _Binding) -> list[Returned]:
@@ -298,14 +316,18 @@ class RemoteExecutor:
     # -- helpers ------------------------------------------------------------------------------
 
     def _witness(self, handed: Handed | None, install: Callable[[], None], deliver: bool,
-                 builtin: bool = False) -> tuple[dict[str, Any], float]:
+                 builtin: bool = False, record: bool = True) -> tuple[dict[str, Any], float]:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
-        start to land (so work done ahead of the worker's clock counts) to the report."""
+        start to land (so work done ahead of the worker's clock counts) to the report.
+        ``record`` puts the flush in the ledger (calibration keeps its own account)."""
         start = self._clock()
         install()
         if self._flush is not None:
+            flush_start = self._clock()
             self._flush()  # the parent's own flush: the worker cannot skip it
             synchronize()
+            if record:
+                self.ledger.add("flush", (self._clock() - flush_start) / 1e9)
         token = None if handed is None else _binding(handed).token
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
                                "rules": self.rules}, "timed")

@@ -34,6 +34,7 @@ from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
 from evaluator.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.handover import HandoverArena
+from evaluator.ledger import Ledger
 from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import Harness, combine_seed, run_benchmark, run_leaderboard, run_profile, run_test
 from evaluator.remote import RemoteExecutor, WorkerLink
@@ -194,15 +195,15 @@ _MODES = {"test": run_test, "benchmark": run_benchmark, "leaderboard": run_leade
 
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
                   options: RunOptions, publish: Callable[[list[CaseResult]], None],
-                  on_progress: ProgressFn | None) -> tuple[list[CaseResult], str]:
+                  on_progress: ProgressFn | None, ledger: Ledger) -> tuple[list[CaseResult], str]:
     """The hardened stage: the parent runs the mode, the worker only runs the kernel."""
     device = torch.device(options.device)
-    executor = RemoteExecutor(link, device, _arena(device), rules=True)
+    executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()
     executor.load(contestant.to_dict())
     floor = _floor(device) if device.type == "cuda" else None
     progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
-    harness = Harness(executor, Hardening(), floor=floor, progress=progress)
+    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger)
     cases: list[CaseResult] = []
     if plan.mode == "profile":
         result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
@@ -256,6 +257,7 @@ def run_stage(
     environment = fingerprint(torch.device(options.device))
     key = new_key()
     scratch = worker_scratch(contestant)
+    ledger = Ledger()
     cases: list[CaseResult] = []
     status: str | None = None
     reason = ""
@@ -277,13 +279,15 @@ def run_stage(
         link = WorkerLink(proc, read_fd, key, started + limit_s, limit_s, plan.mode)
         try:
             link.send_line(_job(contestant, plan, shapes, options, key, str(scratch.path)))
+            with ledger.timing("worker_start"):
+                link.ready()
             if options.compat:
                 collector = _run_in_worker(link, plan, shapes, publish, on_progress)
                 table = collector.profile_table
                 if collector.error:
                     status, reason = "error", collector.error
             else:
-                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, on_progress)
+                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, on_progress, ledger)
                 link.send({"op": "bye"})
         except WorkerGone as gone:
             status, reason = gone.status, gone.reason

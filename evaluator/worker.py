@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     stdin = sys.stdin.buffer
     job = json.loads(stdin.readline())
     out = Writer(fd, job.pop("key"))
+    out.send({"event": "ready"})
     device = job["device"]
     if device == "cuda" and not torch.cuda.is_available():
         out.send({"event": "error", "message": "--device cuda asked for, but this machine has no CUDA device"})
