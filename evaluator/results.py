@@ -111,7 +111,9 @@ class StageResult:
     """One pass over a shape set in one contest mode (one worker process).
 
     ``name`` is the stage's role (``test``, ``benchmark``, ``ranked``, ``ranked-secret``,
-    ``profile``); ``seed`` is the secret seed combined into every spec seed, if any.
+    ``profile``); ``seed`` is the secret seed combined into every spec seed, if any;
+    ``breakdown_s`` is where ``wall_s`` went, by activity (:mod:`evaluator.ledger`; hardened
+    stages only).
     """
 
     name: str
@@ -122,6 +124,7 @@ class StageResult:
     reason: str = ""
     wall_s: float = 0.0
     profile_table: str = ""
+    breakdown_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -137,6 +140,7 @@ class StageResult:
             "wall_s": self.wall_s,
             "cases": [c.to_dict() for c in self.cases],
             "profile_table": self.profile_table,
+            "breakdown_s": self.breakdown_s,
         }
 
     @classmethod
@@ -150,6 +154,7 @@ class StageResult:
             reason=data.get("reason", ""),
             wall_s=float(data.get("wall_s", 0.0)),
             profile_table=data.get("profile_table", ""),
+            breakdown_s={k: float(v) for k, v in data.get("breakdown_s", {}).items()},
         )
 
     def geomean_s(self) -> float | None:

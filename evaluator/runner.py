@@ -299,7 +299,10 @@ def run_stage(
         status, reason = "fail", problem
     elif problem:
         reason = f"{reason}; {problem}"
-    stage = _finish(plan, shapes, cases, status, reason, time.monotonic() - started, table)
+    wall_s = time.monotonic() - started
+    stage = _finish(plan, shapes, cases, status, reason, wall_s, table)
+    if not options.compat:
+        stage = replace(stage, breakdown_s=ledger.breakdown(wall_s))
     return stage, environment
 
 
