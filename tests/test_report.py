@@ -4,7 +4,7 @@ from synthetic and golden (H200) results, the report command, and the CI regress
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -285,3 +285,17 @@ def test_ci_report_exits_112_on_a_failing_contestant(tmp_path: Path, monkeypatch
     assert "CPU timings (host clock)" in text
     assert (tmp_path / "times-tiny-leaderboard.png").read_bytes().startswith(PNG)
     assert len(list(tmp_path.glob("*-leaderboard-tiny.json"))) == 1
+
+
+def test_the_report_says_where_each_stages_time_went() -> None:
+    """Stages that recorded a breakdown get a row of seconds by activity; older runs none."""
+    run = _geqrf()
+    stage = run.stages[0]
+    timed = replace(run, stages=(replace(stage, wall_s=12.0, breakdown_s={"worker_start": 3.0, "kernel": 2.0,
+                                                                         "check": 6.5, "other": 0.5}),))
+    text = render_markdown(build_report([timed]))
+    assert "## Where the time went" in text
+    row = next(line for line in text.splitlines() if line.startswith("| geqrf (benchmark)"))
+    assert "6.5 s" in row
+    assert "3 s" in row
+    assert "## Where the time went" not in render_markdown(build_report([_geqrf()]))

@@ -13,6 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from evaluator.environment import gpu_key
+from evaluator.ledger import ACTIVITIES
 from evaluator.report import plots
 from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label, shortened
 from evaluator.report.tables import timing_label
@@ -154,6 +155,16 @@ def _environment(runs: Sequence[RunResult]) -> str:
     return _table(rows, headers)
 
 
+def _time_spent(entries: Sequence[Entry]) -> str:
+    """Each stage's wall time by activity (stages that recorded it): where a user's minutes go."""
+    rows = [[f"{e.label} ({e.run.mode})", stage.name, format_s(stage.wall_s),
+             *(format_s(stage.breakdown_s.get(a, 0.0)) for a in ACTIVITIES)]
+            for e in entries for stage in e.run.stages if stage.breakdown_s]
+    if not rows:
+        return ""
+    return _table(rows, ["run", "stage", "wall", *(a.replace("_", " ") for a in ACTIVITIES)])
+
+
 def render_markdown(report: Report, images: Mapping[str, Path] | None = None) -> str:
     """The report as Markdown; ``images`` maps plot names (``times-<shapes>-<mode>``,
     ``speedup-<shapes>-<mode>``, ``history``) to files, linked relative to the report's folder."""
@@ -180,6 +191,10 @@ def render_markdown(report: Report, images: Mapping[str, Path] | None = None) ->
             out += [f"### Against the baseline: {title}", "", _baseline_table(entries), "",
                     *image(f"speedup-{group}", f"speedup over the baseline, {title}")]
     out += ["## Correctness", "", _failures(report), ""]
+    if spent := _time_spent(report.entries):
+        out += ["## Where the time went", "", "Each stage's wall time by activity (`breakdown_s` in the results; "
+                "`kernel` is the timed repeats as reported, `handover` the rest of what the parent witnessed of "
+                "them).", "", spent, ""]
     out += ["## History", "", _history(report.history), "", *image("history", "history of scores")]
     out += ["## Environment", "", _environment([e.run for e in report.entries]), ""]
     return "\n".join(out)
