@@ -1,11 +1,12 @@
 """One stage's containment, as the runner and the worker use :mod:`evaluator.sandbox`.
 
 The parent, around each worker (:func:`contained_stage`): its own descriptors and memory closed
-to other processes (non-dumpable), a snapshot of the project and the run's shape file, a sweep
-of every process the worker left behind, and no bytecode written by the parent meanwhile; after
-the worker is gone, planted bytecode is removed and everything found is named (rule
-``sandbox``). The worker (:func:`enter_worker_sandbox`), after the evaluator's own imports and
-just before the kernel's: non-dumpable itself, and the audit hook.
+to other processes (non-dumpable), a snapshot of the project, the run's shape file and the other
+contestants' scratch directories (their compile caches), a sweep of every process the worker
+left behind, and no bytecode written by the parent meanwhile; after the worker is gone, planted
+bytecode and changed files in other contestants' caches are removed (both regenerate) and
+everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
+the evaluator's own imports and just before the kernel's: non-dumpable itself, and the audit hook.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from evaluator.sandbox import (
     contained_children,
     install_audit_hook,
     no_bytecode,
+    project_paths,
     set_dumpable,
     worker_env,
 )
@@ -57,11 +59,19 @@ class StageContainment:
         return rule_message("sandbox", "; ".join(found)) if found else None
 
 
+def _other_scratches(own: Scratch) -> list[Path]:
+    root = own.path.parent
+    return [p for p in sorted(root.iterdir()) if p.is_dir() and p != own.path] if root.is_dir() else []
+
+
 @contextlib.contextmanager
-def contained_stage(shape_file: Path | None) -> Iterator[StageContainment]:
-    """Contain one worker's stage (see the module docstring); the body spawns and waits for it."""
+def contained_stage(shape_file: Path | None, scratch: Scratch) -> Iterator[StageContainment]:
+    """Contain one worker's stage (see the module docstring); the body spawns and waits for it.
+    ``scratch`` is the worker's own scratch directory, the one place it may change."""
     set_dumpable(False)
-    snapshot = ProjectSnapshot.take(files=[shape_file] if shape_file is not None else [])
+    others = _other_scratches(scratch)
+    snapshot = ProjectSnapshot.take(trees=[*project_paths(), *others],
+                                    files=[shape_file] if shape_file is not None else [])
     found = StageContainment()
     try:
         with contained_children() as swept, no_bytecode():
@@ -70,6 +80,10 @@ def contained_stage(shape_file: Path | None) -> Iterator[StageContainment]:
     finally:
         found.changes = snapshot.changes()
         snapshot.restore(found.changes)
+        for change in found.changes:
+            if change.kind != "removed" and any(change.path.is_relative_to(o) for o in others):
+                with contextlib.suppress(OSError):
+                    change.path.unlink()
 
 
 def enter_worker_sandbox(scratch: Path | None) -> Callable[[], tuple[str, ...]]:

@@ -35,13 +35,13 @@ from evaluator.execution import WorkerGone
 from evaluator.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.handover import HandoverArena
 from evaluator.ledger import Ledger
+from evaluator.modes import SECRET_STAGE, STAGES_BY_MODE, Mode, stage_mode
 from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import Harness, combine_seed, run_benchmark, run_leaderboard, run_profile, run_test
 from evaluator.remote import RemoteExecutor, WorkerLink
-from evaluator.results import STAGES_BY_MODE, CaseResult, RunResult, StageResult
+from evaluator.results import CaseResult, RunResult, StageResult
 from evaluator.sandbox import Scratch
 from evaluator.shapes import Case, ShapeSet, Timing
-from evaluator.workerjob import shapes_to_dict
 
 __all__ = ["RunOptions", "StagePlan", "new_run", "plan_stages", "run_contestant", "run_stage", "stage_limit_s"]
 
@@ -86,8 +86,7 @@ def plan_stages(mode: str, seed: int | None) -> list[StagePlan]:
     ``leaderboard``) under a fresh secret seed."""
     plans = []
     for name in STAGES_BY_MODE[mode]:
-        stage_mode = "leaderboard" if name.startswith("ranked") else name
-        plans.append(StagePlan(name, stage_mode, secrets.randbits(31) if name == "ranked-secret" else seed))
+        plans.append(StagePlan(name, stage_mode(name), secrets.randbits(31) if name == SECRET_STAGE else seed))
     return plans
 
 
@@ -146,7 +145,7 @@ def _stage_cases(plan: StagePlan, shapes: ShapeSet) -> tuple[Case, ...]:
     cases = shapes.cases(plan.mode)
     if plan.secret is not None:
         cases = tuple(c.with_seed(combine_seed(plan.secret, c.seed)) for c in cases)
-    return cases[:1] if plan.mode == "profile" else cases
+    return cases[:1] if plan.mode == Mode.PROFILE else cases
 
 
 def _finish(plan: StagePlan, shapes: ShapeSet, cases: list[CaseResult], status: str | None, reason: str,
@@ -167,7 +166,7 @@ def _job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: Run
         "contestant": contestant.to_dict(),
         "mode": plan.mode,
         "secret": plan.secret,
-        "shapes": shapes_to_dict(shapes),
+        "shapes": shapes.to_dict(),
         "device": options.device,
         "isolated": not options.compat,
         "profiler": options.profiler,
@@ -190,7 +189,7 @@ def _arena(device: torch.device) -> HandoverArena:
 
 _FLOORS: dict[torch.device, PhysicalFloor] = {}
 _ARENAS: dict[torch.device, HandoverArena] = {}
-_MODES = {"test": run_test, "benchmark": run_benchmark, "leaderboard": run_leaderboard}
+_MODES = {Mode.TEST: run_test, Mode.BENCHMARK: run_benchmark, Mode.LEADERBOARD: run_leaderboard}
 
 
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
@@ -205,7 +204,7 @@ def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, sha
     progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
     harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger)
     cases: list[CaseResult] = []
-    if plan.mode == "profile":
+    if plan.mode == Mode.PROFILE:
         result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
         cases.append(result)
         publish(cases)
@@ -268,7 +267,7 @@ def run_stage(
         if on_case is not None:
             on_case(_finish(plan, shapes, current, None, "", time.monotonic() - started))
 
-    with contained_stage(shapes.path if shapes.path.is_file() else None) as containment:
+    with contained_stage(shapes.path if shapes.path.is_file() else None, scratch) as containment:
         read_fd, write_fd = os.pipe()
         proc = subprocess.Popen(
             [sys.executable, "-m", "evaluator.worker", str(write_fd)],
