@@ -36,13 +36,14 @@ from evaluator.delivery import deliver, deliver_all
 from evaluator.execution import LocalExecutor, profiled
 from evaluator.guards import Hardening
 from evaluator.handover import attach
+from evaluator.modes import Mode
 from evaluator.protocol import Harness, run_benchmark, run_leaderboard, run_profile, run_test
+from evaluator.shapes import ShapeSet
 from evaluator.timing import make_timer, synchronize
-from evaluator.workerjob import shapes_from_dict
 
 __all__ = ["main"]
 
-_MODES = {"test": run_test, "benchmark": run_benchmark, "leaderboard": run_leaderboard}
+_MODES = {Mode.TEST: run_test, Mode.BENCHMARK: run_benchmark, Mode.LEADERBOARD: run_leaderboard}
 
 
 def _contestant(data: dict[str, str]) -> Contestant:
@@ -133,7 +134,7 @@ class _Server:
 def _run_in_process(job: dict[str, Any], out: Writer) -> None:
     """The contest's arrangement (``--compat``): the mode runs here, beside the kernel."""
     device = torch.device(job["device"])
-    shapes = shapes_from_dict(job["shapes"])
+    shapes = ShapeSet.from_dict(job["shapes"])
     set_seed(job["secret"] or 42)
     try:
         kernel = load_kernel(_contestant(job["contestant"]))
@@ -144,7 +145,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
     harness = Harness(executor, Hardening.compat(), q_method="published",
                       progress=lambda event: out.send({"event": "progress", "progress": event}))
     mode = job["mode"]
-    if mode == "profile":
+    if mode == Mode.PROFILE:
         result, table = run_profile(harness, shapes, job["secret"], profiler=job.get("profiler", False))
         out.send({"event": "case", "result": result.to_dict()})
         out.send({"event": "profile", "table": table})
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     if job["isolated"]:
         set_seed(job["secret"] or 42)
         _Server(job, out).serve(stdin)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # nothing is left to do: skip tearing torch and the CUDA context down (~0.5 s)
     else:
         with contest_modules(Path(job["contestant"]["path"]).parent):
             _run_in_process(job, out)
