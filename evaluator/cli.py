@@ -28,6 +28,7 @@ from evaluator.cli_args import (
     timing_overrides,
 )
 from evaluator.cloud.command import register as register_modal
+from evaluator.modes import MODE_NAMES, Mode
 from evaluator.precheck import Precheck, precheck_file
 from evaluator.progress import ProgressLine
 from evaluator.report.command import register as register_report
@@ -40,8 +41,6 @@ from evaluator.shapes import ShapeFileError, resolve_shapes
 
 __all__ = ["main"]
 
-RUN_MODES = ("test", "benchmark", "leaderboard", "profile")
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -50,13 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"qrbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for mode in RUN_MODES:
+    for mode in Mode:
         p = sub.add_parser(mode, help=f"run contestants in {mode} mode")
         p.set_defaults(func=_cmd_run)
         p.add_argument("contestants", nargs="+", metavar="CONTESTANT",
                        help="name under contestants/, a folder with submission.py, or a .py file")
         add_run_options(p)
-        if mode == "profile":
+        if mode == Mode.PROFILE:
             p.add_argument("--profiler", action="store_true", help="also run under the torch profiler (CUDA)")
     p = sub.add_parser("rank", help="leaderboard run of contestants (default: all of contestants/) and a ranking")
     p.set_defaults(func=_cmd_rank)
@@ -67,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="only the contest service's submission gates, per file (about a second each)")
     p.set_defaults(func=_cmd_check)
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="a submission file")
-    p.add_argument("--mode", choices=RUN_MODES, default="leaderboard",
+    p.add_argument("--mode", choices=MODE_NAMES, default=Mode.LEADERBOARD,
                    help="the submission mode to judge for: kernelguard guards all but test (default: leaderboard)")
     add_kernelguard_option(p)
     register_report(sub)
@@ -111,7 +110,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_rank(args: argparse.Namespace) -> int:
-    runs, path = _run_all(args, "leaderboard")
+    runs, path = _run_all(args, Mode.LEADERBOARD)
     standings = rank(runs)
     print(render_leaderboard(standings))
     print(f"results: {path}")

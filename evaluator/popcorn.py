@@ -12,17 +12,15 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-import yaml
-
 from evaluator.contestant import ContestantError, resolve_contestant
+from evaluator.modes import MODE_NAMES, Mode
 from evaluator.results import CaseResult, StageResult
 from evaluator.runner import RunOptions, StagePlan, run_stage
-from evaluator.shapes import ShapeFileError, load_shapes
+from evaluator.shapes import ShapeFileError, ShapeSet
 
 __all__ = ["main", "parse_spec_lines"]
 
@@ -51,17 +49,15 @@ def parse_spec_lines(text: str) -> list[tuple[str, dict[str, int | str]]]:
     return specs
 
 
-def _shape_file(specs: Sequence[dict[str, int | str]], folder: Path) -> Path:
-    """A one-off shape file holding the spec lines as both tests and benchmarks."""
-    path = folder / "popcorn-specs.yaml"
-    doc = {
+def _shape_set(specs: Sequence[dict[str, int | str]], spec_path: Path) -> ShapeSet:
+    """The spec lines as both tests and benchmarks, validated as a shape file's cases are."""
+    return ShapeSet.from_dict({
         "name": "popcorn",
-        "timeouts_s": {"test": _NO_LIMIT_S, "benchmark": _NO_LIMIT_S, "leaderboard": _NO_LIMIT_S},
+        "path": str(spec_path),
+        "timeouts_s": dict.fromkeys(MODE_NAMES, _NO_LIMIT_S),
         "tests": list(specs),
         "benchmarks": list(specs),
-    }
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    })
 
 
 class _Log:
@@ -99,15 +95,15 @@ def _cases_to_report(stage: StageResult) -> list[CaseResult]:
     return cases
 
 
-def _report(log: _Log, mode: str, lines: Sequence[str], stage: StageResult) -> bool:
+def _report(log: _Log, mode: Mode, lines: Sequence[str], stage: StageResult) -> bool:
     """Write the contest's lines for a finished stage; True when every case passed."""
     cases = _cases_to_report(stage)
-    if mode == "test":
+    if mode == Mode.TEST:
         log("test-count", len(lines))
         for case in cases:
             log(f"test.{case.index}.spec", lines[case.index])
             _case_lines(log, f"test.{case.index}", case, timed=False)
-    elif mode == "profile":
+    elif mode == Mode.PROFILE:
         log("benchmark-count", len(lines))
         case = cases[0]
         log("benchmark.0.spec", lines[0])
@@ -117,7 +113,7 @@ def _report(log: _Log, mode: str, lines: Sequence[str], stage: StageResult) -> b
     else:
         log("benchmark-count", len(lines))
         for case in cases:
-            if case.status == "skipped" and mode == "leaderboard":
+            if case.status == "skipped" and mode == Mode.LEADERBOARD:
                 break
             log(f"benchmark.{case.index}.spec", lines[case.index])
             _case_lines(log, f"benchmark.{case.index}", case, timed=True)
@@ -133,9 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NO_FD
     compat = "--compat" in argv or os.getenv("QRBENCH_COMPAT") == "1"
     argv = [a for a in argv if a != "--compat"]
-    if len(argv) < 2 or argv[0] not in ("test", "benchmark", "leaderboard", "profile"):
+    if len(argv) < 2 or argv[0] not in MODE_NAMES:
         return EXIT_USAGE
-    mode, spec_path = argv[0], Path(argv[1])
+    mode, spec_path = Mode(argv[0]), Path(argv[1])
     secret_text = os.environ.pop("POPCORN_SEED", None)
     secret = int(secret_text) if secret_text else None
     try:
@@ -151,15 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContestantError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    with tempfile.TemporaryDirectory(prefix="qrbench-popcorn-") as tmp:
-        try:
-            shapes = load_shapes(_shape_file([fields for _, fields in specs], Path(tmp)))
-        except ShapeFileError as exc:
-            print(f"invalid test case: {exc}", file=sys.stderr)
-            return EXIT_BAD_SPEC
-        device = "cuda" if _cuda_available() else "cpu"
-        plan = StagePlan(mode, mode, secret)
-        stage, _ = run_stage(contestant, plan, shapes, RunOptions(device=device, compat=compat))
+    try:
+        shapes = _shape_set([fields for _, fields in specs], spec_path)
+    except ShapeFileError as exc:
+        print(f"invalid test case: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    device = "cuda" if _cuda_available() else "cpu"
+    stage, _ = run_stage(contestant, StagePlan(mode, mode, secret), shapes, RunOptions(device=device, compat=compat))
     with os.fdopen(int(fd), "w") as stream:
         passed = _report(_Log(stream), mode, [line for line, _ in specs], stage)
     return EXIT_OK if passed else EXIT_FAILED

@@ -8,20 +8,19 @@ every session wherever qrbench is installed, and only sessions that benchmark ne
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 import torch
-import yaml
 
 from evaluator.contestant import Contestant, ContestantError, discover_contestants, resolve_contestant
 from evaluator.environment import fingerprint, gpu_key
+from evaluator.modes import Mode
 from evaluator.pytest_plugin import REPLAY
 from evaluator.results import CaseResult
 from evaluator.runner import RunOptions, StagePlan, run_stage
-from evaluator.shapes import Case, ShapeFileError, ShapeSet, load_shapes, resolve_shapes
+from evaluator.shapes import Case, ShapeFileError, ShapeSet, resolve_shapes
 
 __all__ = ["CaseTimer", "Plan", "device_info", "make_plan"]
 
@@ -75,15 +74,14 @@ class CaseTimer:
     """Times the cases a session selected and hands out each case's result.
 
     A contestant's selected cases run together, the first time one of them is asked for, as one
-    benchmark stage in one worker (on a shape file of just those cases, written into
-    ``folder``): the evaluator's benchmark mode exactly, warm-up on the first case included, and
-    one worker start per contestant rather than per case.
+    benchmark stage in one worker (on the session's shape set cut down to just those cases): the
+    evaluator's benchmark mode exactly, warm-up on the first case included, and one worker start
+    per contestant rather than per case.
     """
 
-    def __init__(self, plan: Plan, selected: Mapping[str, Sequence[str]], folder: Path) -> None:
+    def __init__(self, plan: Plan, selected: Mapping[str, Sequence[str]]) -> None:
         self.plan = plan
         self._selected = selected
-        self._folder = folder
         self._results: dict[tuple[str, str], CaseResult] = {}
 
     def result(self, contestant: str, case_id: str) -> CaseResult:
@@ -92,17 +90,11 @@ class CaseTimer:
         return self._results[(contestant, case_id)]
 
     def _run(self, contestant: str) -> None:
-        shapes, case_ids = self.plan.shapes, self._selected[contestant]
-        path = self._folder / f"{contestant}.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": shapes.name,
-            "timeouts_s": shapes.timeouts_s,
-            "timing": asdict(shapes.timing),
-            "tests": [self.plan.cases[c].fields() for c in case_ids],
-            "benchmarks": [self.plan.cases[c].fields() for c in case_ids],
-        }, sort_keys=False))
-        stage, _ = run_stage(self.plan.contestants[contestant], StagePlan("benchmark", "benchmark", None),
-                             load_shapes(path), self.plan.options)
+        case_ids = self._selected[contestant]
+        cases = tuple(self.plan.cases[c] for c in case_ids)
+        shapes = replace(self.plan.shapes, tests=cases, benchmarks=cases)
+        stage, _ = run_stage(self.plan.contestants[contestant], StagePlan(Mode.BENCHMARK, Mode.BENCHMARK, None),
+                             shapes, self.plan.options)
         self._results.update(((contestant, c), r) for c, r in zip(case_ids, stage.cases, strict=True))
 
     def benchmark(self, benchmark: Any, contestant: str, case_id: str) -> CaseResult:

@@ -138,7 +138,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def qrbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CaseTimer:
+def qrbench(request: pytest.FixtureRequest) -> CaseTimer:
     """Times the cases this session selected (after ``-k`` and friends), a worker per contestant."""
     from evaluator.pytest_cases import CaseTimer
 
@@ -147,7 +147,7 @@ def qrbench(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("contestant") is not None:
             selected.setdefault(callspec.params["contestant"], []).append(callspec.params["case"])
-    return CaseTimer(_plan(request.config), selected, tmp_path_factory.mktemp("qrbench"))
+    return CaseTimer(_plan(request.config), selected)
 
 
 def _machine(config: pytest.Config) -> dict[str, Any]:

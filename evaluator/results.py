@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
+from evaluator.modes import STAGES_BY_MODE
 from evaluator.precheck import Precheck
 from evaluator.shapes import Case
 from evaluator.stats import Stats, geomean
@@ -42,15 +43,6 @@ KIND = "qrbench-results"
 PASSED = "pass"
 INCOMPLETE = "incomplete"
 REFUSED = "refused"
-
-# The stages each mode runs, in order (the runner plans exactly these).
-STAGES_BY_MODE: dict[str, tuple[str, ...]] = {
-    "test": ("test",),
-    "benchmark": ("benchmark",),
-    "profile": ("profile",),
-    "leaderboard": ("test", "benchmark", "ranked", "ranked-secret"),
-}
-
 
 class ResultsError(ValueError):
     """A results file that cannot be read; the message names the file."""

@@ -1,4 +1,4 @@
-"""Shape sets: the cases a run covers, loaded from YAML files and validated field by field.
+"""Shape sets: the cases a run covers, loaded from YAML files or data and validated field by field.
 
 A shape file uses the schema of the contest's ``shapes.yaml``: ``name``, ``timeouts_s`` per mode,
 ``tests`` and ``benchmarks`` as lists of ``{batch, n, cond, seed[, case]}``, and free text in
@@ -12,17 +12,17 @@ as the kernel's out-of-memory error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from evaluator.modes import MODE_NAMES
 from reference.inputs import CASES
 
 __all__ = [
     "MAX_INPUT_BYTES",
-    "MODES",
     "SHAPES_DIR",
     "Case",
     "ShapeFileError",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 SHAPES_DIR = Path(__file__).resolve().parents[1] / "shapes"
-MODES = ("test", "benchmark", "leaderboard", "profile")
 _CASE_KEYS = ("batch", "n", "cond", "seed", "case")
 _TEXT_KEYS = ("source", "description", "ranking")
 _TOP_KEYS = ("name", *_TEXT_KEYS, "timeouts_s", "timing", "tests", "benchmarks")
@@ -150,6 +149,33 @@ class ShapeSet:
         return (f"note: {self.path} has no timing section, so its timed passes use the contest's GPU protocol "
                 "(up to 1000 repeats, 30 s a case); on a CPU add one as shapes/smoke.yaml does")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The set as plain JSON data in the shape file's schema, plus its ``path``: how a worker,
+        a container or a one-off set gets its cases (as data, never as a file it could rewrite).
+        ``timing`` is written when the set has one of its own (given, or changed from the contest's)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "path": str(self.path),
+            "description": self.description,
+            "timeouts_s": dict(self.timeouts_s),
+            "tests": [case.fields() for case in self.tests],
+            "benchmarks": [case.fields() for case in self.benchmarks],
+        }
+        if self.timing_given or self.timing != Timing():
+            out["timing"] = asdict(self.timing)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> ShapeSet:
+        """The inverse of :meth:`to_dict`, validated as :func:`load_shapes` validates a file (same
+        parser, same messages, unknown keys refused); ``path`` names the set in those messages."""
+        if not isinstance(data, dict):
+            raise ShapeFileError(f"shape set: expected a mapping, got {type(data).__name__}")
+        path = data.get("path", "<data>")
+        if not isinstance(path, str):
+            raise ShapeFileError(f"shape set: path: expected a string, got {path!r}")
+        return _parse_set(Path(path), {key: value for key, value in data.items() if key != "path"})
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -198,8 +224,8 @@ def _parse_timeouts(path: Path, raw: object) -> dict[str, float]:
         raise ShapeFileError(f"{path}: timeouts_s: expected a mapping of mode to seconds, got {raw!r}")
     out: dict[str, float] = {}
     for mode, seconds in raw.items():
-        if mode not in MODES:
-            raise ShapeFileError(f"{path}: timeouts_s.{mode}: unknown mode (known: {', '.join(MODES)})")
+        if mode not in MODE_NAMES:
+            raise ShapeFileError(f"{path}: timeouts_s.{mode}: unknown mode (known: {', '.join(MODE_NAMES)})")
         if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
             raise ShapeFileError(f"{path}: timeouts_s.{mode}: expected positive seconds, got {seconds!r}")
         out[mode] = float(seconds)
@@ -226,15 +252,8 @@ def _parse_timing(path: Path, raw: object) -> Timing:
     return replace(defaults, **values)
 
 
-def load_shapes(path: str | Path) -> ShapeSet:
-    """Read and validate one shape file."""
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ShapeFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ShapeFileError(f"{path}: not valid YAML: {exc}") from exc
+def _parse_set(path: Path, doc: object) -> ShapeSet:
+    """Validate one set's document (a shape file's or :meth:`ShapeSet.to_dict`'s), named ``path``."""
     if not isinstance(doc, dict):
         raise ShapeFileError(f"{path}: expected a mapping with name, timeouts_s, tests and benchmarks")
     unknown = sorted(map(str, set(doc) - set(_TOP_KEYS)))
@@ -253,6 +272,18 @@ def load_shapes(path: str | Path) -> ShapeSet:
         description=str(doc.get("source", doc.get("description", ""))),
         timing_given=doc.get("timing") is not None,
     )
+
+
+def load_shapes(path: str | Path) -> ShapeSet:
+    """Read and validate one shape file."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ShapeFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ShapeFileError(f"{path}: not valid YAML: {exc}") from exc
+    return _parse_set(path, doc)
 
 
 def resolve_shapes(name_or_path: str | Path) -> ShapeSet:

@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from evaluator.cloud.remote import execute
 from evaluator.contestant import resolve_contestant
 from evaluator.results import RunResult, StageResult, load_results
 from evaluator.runner import RunOptions
-from evaluator.shapes import load_shapes, resolve_shapes
+from evaluator.shapes import ShapeFileError, ShapeSet, load_shapes, resolve_shapes
 from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "contestants"
@@ -229,3 +230,10 @@ def test_a_folder_contestant_ships_its_helpers_and_runs_from_them() -> None:
     assert run.passed, run.reason
     assert run.contestant == contestant.to_dict()
     assert run.shapes["path"] == str(TINY)
+
+
+def test_a_job_ships_its_shape_set_as_json_data_validated_in_the_container() -> None:
+    request = _jobs(["geqrf"], "test")[0].request
+    assert ShapeSet.from_dict(json.loads(json.dumps(request.shapes))) == load_shapes(TINY)
+    with pytest.raises(ShapeFileError, match="unknown key"):
+        execute(replace(request, shapes={**request.shapes, "timings": {}}))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from evaluator.cli import main
-from evaluator.shapes import MAX_INPUT_BYTES, Case, ShapeFileError, load_shapes, resolve_shapes
+from evaluator.shapes import MAX_INPUT_BYTES, Case, ShapeFileError, ShapeSet, Timing, load_shapes, resolve_shapes
 from reference import CASES
 from tests.conftest import GOLDEN
 
@@ -123,3 +124,30 @@ def test_a_cpu_run_of_a_file_without_timing_gets_a_note(tmp_path: Path) -> None:
     assert plain.timing_note("cuda") is None  # the contest's protocol is what a GPU run wants
     assert resolve_shapes("smoke").timing_note("cpu") is None
     assert resolve_shapes("qr_v2").timing_note("cpu") is not None
+
+
+@pytest.mark.parametrize("name", ["smoke", "qr_v2"])
+def test_a_set_round_trips_through_json_data_timing_and_all(name: str) -> None:
+    shapes = resolve_shapes(name)
+    data = json.loads(json.dumps(shapes.to_dict()))
+    assert ShapeSet.from_dict(data) == shapes
+    assert ("timing" in data) == shapes.timing_given  # smoke has its own timing, qr_v2 the contest's
+
+
+def test_changed_timing_travels_in_the_data() -> None:
+    shapes = replace(resolve_shapes("qr_v2"), timing=Timing(max_inputs=3))
+    assert ShapeSet.from_dict(shapes.to_dict()).timing.max_inputs == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"timings": {"max_inputs": 1}}, "shapes/smoke.yaml: unknown key(s) timings"),
+        ({"tests": [{**GOOD_CASE, "size": 3}]}, "smoke.yaml: tests[0]: unknown key(s) size"),
+        ({"path": 7}, "path: expected a string, got 7"),
+    ],
+)
+def test_data_is_validated_as_a_file_is(change: dict, fragment: str) -> None:
+    with pytest.raises(ShapeFileError) as info:
+        ShapeSet.from_dict({**resolve_shapes("smoke").to_dict(), **change})
+    assert fragment in str(info.value)

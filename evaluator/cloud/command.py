@@ -30,6 +30,7 @@ from evaluator.cloud.dryrun import render_plan
 from evaluator.cloud.jobs import plan_jobs
 from evaluator.cloud.pricing import container_price
 from evaluator.contestant import ContestantError
+from evaluator.modes import Mode
 from evaluator.report.leaderboard import write_leaderboard
 from evaluator.report.tables import render_leaderboard, render_run
 from evaluator.results import RunResult, write_results
@@ -39,7 +40,8 @@ from evaluator.shapes import resolve_shapes
 
 __all__ = ["register"]
 
-MODES = ("leaderboard", "benchmark", "test")
+# A cloud run is a ranking; a profile ranks nothing, so it is the one mode not offered.
+MODES = tuple(mode.value for mode in Mode if mode is not Mode.PROFILE)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_run_options(p)
     p.add_argument("--gpu", default=container.DEFAULT_GPU,
                    help="Modal GPU request: B200, H200, H100!, ... (default: %(default)s)")
-    p.add_argument("--mode", choices=MODES, default="leaderboard", help="run mode (default: %(default)s)")
+    p.add_argument("--mode", choices=MODES, default=Mode.LEADERBOARD, help="run mode (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the containers, stages, cases, time limits and estimated bill; run nothing")
     p.add_argument("--local", action="store_true",
@@ -132,6 +134,6 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     standings = rank(runs)
     print(render_leaderboard(standings))
     print(f"results: {path}")
-    if args.mode == "leaderboard":
+    if args.mode == Mode.LEADERBOARD:
         print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED

@@ -5,7 +5,7 @@ benchmark, ranked pass) and the secret-seed ranked pass, which then runs beside 
 container of its own. :func:`combine` puts the two back together as one local run would have
 been: the secret pass counts only when every public stage passed, as a local run only starts it
 then. A job carries its request (everything the container needs: the contestant's files, the
-shape file's text, the run options) and, for this side only, the resolved contestant and shapes.
+shape set as JSON data, the run options) and, for this side only, the resolved contestant and shapes.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 from evaluator.contestant import SUBMISSION_FILE, Contestant, ContestantError
 from evaluator.environment import git_state
+from evaluator.modes import SECRET_STAGE, Mode
 from evaluator.results import RunResult, StageResult
 from evaluator.runner import RunOptions, StagePlan, new_run, plan_stages, stage_limit_s
 from evaluator.shapes import ShapeSet
 
 __all__ = [
-    "SECRET_STAGE",
     "Job",
     "RunRequest",
     "combine",
@@ -31,7 +31,6 @@ __all__ = [
     "plan_jobs",
 ]
 
-SECRET_STAGE = "ranked-secret"
 MAX_SHIPPED_BYTES = 32 * 1024 * 1024
 # A job's container limit is the sum of its stages' limits plus this: unpacking the request and
 # stopping each stage's worker happen outside the runner's per-stage clocks.
@@ -48,8 +47,9 @@ class RunRequest:
     """Everything a container needs to run some stages of one contestant, and nothing local.
 
     ``files`` maps paths relative to the submission's folder to their bytes; ``entry`` is the
-    submission among them. ``contestant`` and ``shapes_path`` are the local identity the result
-    is recorded under; ``provenance`` is the checkout's git state (a container has no ``.git``).
+    submission among them. ``contestant`` is the local identity the result is recorded under;
+    ``shapes`` the shape set as :meth:`ShapeSet.to_dict` data, its local path included, validated
+    again in the container; ``provenance`` is the checkout's git state (a container has no ``.git``).
     """
 
     contestant: dict[str, str]
@@ -57,8 +57,7 @@ class RunRequest:
     files: dict[str, bytes]
     mode: str
     stages: tuple[StagePlan, ...]
-    shapes_path: str
-    shapes_yaml: str
+    shapes: dict[str, Any]
     options: RunOptions
     provenance: dict[str, Any]
 
@@ -116,11 +115,11 @@ def estimate_s(stages: Sequence[StagePlan], shapes: ShapeSet, options: RunOption
     for plan in stages:
         cases = len(shapes.cases(plan.mode))
         total += STAGE_START_ESTIMATE_S
-        if plan.mode == "test":
+        if plan.mode == Mode.TEST:
             total += cases * TEST_CASE_ESTIMATE_S
-        elif plan.mode == "benchmark":
+        elif plan.mode == Mode.BENCHMARK:
             total += timing.benchmark_warmup_s + cases * timing.benchmark_budget_s
-        elif plan.mode == "leaderboard":
+        elif plan.mode == Mode.LEADERBOARD:
             total += cases * (timing.leaderboard_warmup_s + timing.leaderboard_budget_s)
     return total
 
@@ -133,7 +132,7 @@ def plan_jobs(contestants: Sequence[Contestant], mode: str, shapes: ShapeSet, op
               split_secret: bool = True) -> list[Job]:
     """The jobs of a ranking: every contestant's public job first, then the secret passes (so a
     secret pass queued behind others can be skipped once its public stages have failed)."""
-    shapes_yaml = shapes.path.read_text()
+    shapes_data = shapes.to_dict()
     provenance = git_state()
     first: list[Job] = []
     second: list[Job] = []
@@ -145,8 +144,8 @@ def plan_jobs(contestants: Sequence[Contestant], mode: str, shapes: ShapeSet, op
             parts = [("public", [p for p in stages if p.name != SECRET_STAGE]),
                      ("secret", [p for p in stages if p.name == SECRET_STAGE])]
         for part, plans in parts:
-            request = RunRequest(contestant.to_dict(), entry, files, mode, tuple(plans), str(shapes.path),
-                                 shapes_yaml, options, provenance)
+            request = RunRequest(contestant.to_dict(), entry, files, mode, tuple(plans), shapes_data, options,
+                                 provenance)
             timeout_s = _job_timeout_s(plans, shapes, options)
             job = Job(index, part, contestant, shapes, request, timeout_s,
                       min(estimate_s(plans, shapes, options), timeout_s))

@@ -15,7 +15,7 @@ from typing import Any
 from evaluator.cloud.jobs import RunRequest
 from evaluator.contestant import Contestant
 from evaluator.runner import run_contestant
-from evaluator.shapes import load_shapes
+from evaluator.shapes import ShapeSet
 
 __all__ = ["execute"]
 
@@ -32,16 +32,14 @@ def _write(root: Path, relative: str, data: bytes) -> Path:
 
 def execute(request: RunRequest) -> dict[str, Any]:
     """Run the request's stages and return the RunResult as a dict, recorded under the local
-    contestant and shape-file paths (the temporary ones mean nothing to the caller)."""
+    contestant (the temporary copy means nothing to the caller) and the shape set's local path."""
     with tempfile.TemporaryDirectory(prefix="qrbench-job-") as tmp:
         root = Path(tmp)
         for relative, data in request.files.items():
             _write(root / "contestant", relative, data)
-        shapes_file = _write(root / "shapes", Path(request.shapes_path).name, request.shapes_yaml.encode())
         contestant = Contestant(request.contestant["name"], root / "contestant" / request.entry,
                                 request.contestant["sha256"])
-        run = run_contestant(contestant, request.mode, load_shapes(shapes_file), request.options,
+        run = run_contestant(contestant, request.mode, ShapeSet.from_dict(request.shapes), request.options,
                              stages=request.stages)
-    run = replace(run, contestant=dict(request.contestant), shapes={**run.shapes, "path": request.shapes_path},
-                  environment={**request.provenance, **run.environment})
+    run = replace(run, contestant=dict(request.contestant), environment={**request.provenance, **run.environment})
     return run.to_dict()
