@@ -46,8 +46,7 @@ VARIANTS = {
     "sbm=128": UpdateTiles(subtract_bm=128),
     "stages=2": UpdateTiles(stages=2),
     "stages=4": UpdateTiles(stages=4),
-    # One launch per update. Round 11: 640 x 512 3.13 ms, 60 x 1024 3.38, 40 x 352 0.143 (two
-    # launches: 4.06, 4.05, 0.179); with 64-row projection steps 3.09 and 3.23.
+    # One launch per update (what it gave against two: docs/kernel-log.md §W11).
     "fused": UpdateTiles(fused=True),
     "fused,warps=2": UpdateTiles(warps=2, fused=True),
     "fused,warps=8": UpdateTiles(warps=8, fused=True),
@@ -58,7 +57,7 @@ VARIANTS = {
     "fused,stages=2": UpdateTiles(stages=2, fused=True),
     "fused,stages=4": UpdateTiles(stages=4, fused=True),
 }
-# Round 8 at 512 (session 7): default strips 3.73, 32-row tiles 4.32, 32-column strips 3.72 ms.
+# The mixed update's tiles (what they gave at 512: docs/kernel-log.md §W10, §W-sweeps).
 MIXED_VARIANTS = {
     "default": UpdateTiles(),
     "bn=32": UpdateTiles(block_n=32),

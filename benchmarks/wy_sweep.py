@@ -5,7 +5,7 @@ change a knob or two, and the first default plan (``old``). Each runs every test
 of its size (checker residuals, input unchanged, fresh outputs) and is timed on the benchmark specs.
 Order: ``new`` on every size, then size by size (those that weigh most in the geomean first)
 ``new`` again, whose second figure replaces its first, and its variants, then ``old`` (measured in
-earlier rounds), while ``--budget-s`` lasts. Then a profile of one eager call
+the first sweeps), while ``--budget-s`` lasts. Then a profile of one eager call
 of ``new`` and its other update at the large sizes (GPU time per kernel). Before any of it, a child
 process compiles every kernel the sweep will launch, in parallel, into Triton's cache (``--prewarm``).
 
@@ -36,17 +36,11 @@ from reference_kernels.blocked_wy import DEFAULT_PLANS, Plan, default_plan  # no
 from reference_kernels.blocked_wy.products import UpdateTiles  # noqa: E402
 
 RESIDUAL_LIMIT = 4.0  # tests/test_blocked_wy.py's bound: five times under the contest's gate
-# Panel warps tried per size (round 6: 2 at 32; more warps lost everywhere else, fewer spill at
-# 1024 and above). An entry equal to the current plan is dropped.
+# Panel warps tried per size (more warps lost everywhere else, fewer spill at 1024 and above;
+# docs/kernel-log.md §W4, §W-sweeps). An entry equal to the current plan is dropped.
 WARPS_TRIED = {32: (1, 4), 176: (2,), 352: (8,)}
-# Other variants per size (round 6 at 512: the Triton split-TF32 update 8.20 ms against cuBLAS
-# FP32's 8.01; eager calls lost wherever the host fell behind: 60 x 1024 11.6 ms, 2 x 4096 109 ms).
-# Round 8 at 512: the mixed update with 32-column strips 7.66 against the cuBLAS update's 7.93 ms;
-# eager calls 7.46, with outliers to 9.4 ms under the evaluator's timer. Round 11: the update in one
-# launch (fused) at 512 7.22 and 1024 5.30 against 7.72 and 5.76 ms; its 8-warp, 128-row and
-# 128-column tiles lost by 1 to 3 ms at 512; 64-row projection steps won at 512 and 1024, and lost
-# at 176 (0.234 vs 0.223 ms); fused at 2048 and 4096 lost (10.11 vs 9.33, 23.67 vs 21.98). The
-# first entry is also profiled.
+# Other variants per size, the ones the last sweeps timed against the plans (what each gave:
+# docs/kernel-log.md §W10, §W11, §W-sweeps). The first entry is also profiled.
 OTHERS_TRIED: dict[int, dict[str, dict[str, object]]] = {
     512: {
         "mixed": {"update": "mixed", "tiles": UpdateTiles(block_n=32)},
@@ -74,7 +68,7 @@ PRIORITY = (512, 1024, 2048, 4096, 352, 176, 32)  # variants of the sizes that w
 
 
 def previous_default(n: int) -> Plan:
-    """The default before this round (2026-11-29 H200 run: geomean 4.99 ms)."""
+    """The first default plan (its H200 run of 2026-11-29: geomean 4.99 ms, docs/kernel-log.md §W1)."""
     return Plan(nb=32 if n < 512 else 64, leaf=32, update="torch", inner="torch", one_reduction=False, top_tile=False)
 
 

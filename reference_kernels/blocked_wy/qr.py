@@ -107,37 +107,39 @@ class Plan:
 # The trailing update in one launch (a program per column strip), W from 64-row steps.
 FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 
-# The plan for n <= each bound (first match). Predictions and the measurements behind them:
-# reference_kernels/NOTES.md; `benchmarks/kernel_dev.py --sweep` prints a replacement table.
+# The plan for n <= each bound (first match). The rule that picked every entry: the fastest plan of
+# its size in H200 sweeps (`benchmarks/kernel_dev.py --sweep`, wy_sweep's `best`: every qr_v2 spec
+# of the size passed with a scaled residual <= 4), close calls retimed under the evaluator's timer.
+# The sweeps' raw output was never committed: their figures are in docs/kernel-log.md, in the
+# sections cited per entry. The committed results behind the table as it stands (these plans, code
+# of 9723895): reports/h200/2026-12-01-blocked_wy-leaderboard-qr_v2.json, whose ranked-pass mean
+# per size each entry quotes ("ranked"); 2026-11-30-kernel_table-qr_v2.json has the same plans.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
-    # Picked per size from H200 sweeps of 2026-11-29 (benchmarks/kernel_dev.py --sweep): the fastest
-    # plan that passed every qr_v2 spec of its size with residual <= 4. Round 3: at 512 cuBLAS FP32
-    # products beat the split-TF32 Triton ones (8.13 vs 9.40 ms). Round 4: the top-tile column step
-    # (not at 176, 512 and 1024), panels of 128 columns with the cuBLAS split-TF32 update at 2048
-    # (9.29 vs 9.67 ms), and fewer panel warps than 32 floats per thread gives (2 x 4096: 21.95 vs
-    # 23.42 ms at 8 warps; 40 x 352: 0.58 vs 0.78 ms at 4; 640 x 512: 7.99 vs 8.16 ms at 2). Round 5:
-    # columns in pairs at 32, 1024 and 4096; no top tile at 352. Round 6: the top tile at 512 (7.93
-    # vs 8.01 ms); the update's tiles from benchmarks/update_tiles.py (GPU time of the size's updates:
-    # 60 x 1024 4.02 -> 3.81 ms at 2 warps, 40 x 352 0.181 -> 0.159 and 40 x 176 0.049 -> 0.044 with
-    # 32-row subtraction tiles). Round 7 (sweep with those tiles: 60 x 1024 5.79 vs 6.05 ms): pairs
-    # at 176 (0.197 vs 0.214), one panel warp at 32 (pairs: 0.021 vs 0.034 one by one), one column at
-    # a time again at 352 and 4096 (ties). Round 8 (2026-11-30; two sweeps, then 30 repeats each
-    # under the evaluator's timer): the mixed update with 32-column strips at 512 (7.66 and 7.69 vs
-    # 7.93 and 8.01 ms; 7.75 vs 8.11 mean), pairs at 352 (0.512 vs 0.539; 0.535 vs 0.589 mean) and
-    # 4096 (21.82 vs 22.00; 21.92 vs 22.19 mean), two panel warps at 32 (0.0325 vs 0.0347 median).
-    # Round 11 (2026-11-30, three sweeps): the update in one launch (fused) replaces mixed at 512
-    # (7.22 and 7.28 vs 7.72 ms) and the two launches at 1024 (5.30 vs 5.76), 352 (0.505 and 0.507
-    # vs 0.514 and 0.531) and 176 (0.187 vs 0.196); W from 64-row steps at 512 (7.19 vs 7.28) and
-    # 1024 (5.20 vs 5.30). Not at 2048 (10.11 vs 9.33 ms) nor 4096 (23.67 vs 21.98): too few strips.
+    # 20x32: pairs (0.021 vs 0.034 ms one by one, §W6), two panel warps (0.0325 vs 0.0347 ms
+    # median under the evaluator's timer, §W10). Ranked 35.3 us.
     (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2)),  # one program per matrix (whole_max)
+    # 40x176: no top tile (§W4), four panel warps (0.228 vs 0.254 ms, §W4), pairs (0.197 vs 0.214,
+    # §W6), 32-row subtraction tiles (§W6), the update in one launch (0.187 vs 0.196, §W11). Ranked 0.183 ms.
     (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(subtract_bm=32, fused=True))),
+    # 40x352: four panel warps (0.58 vs 0.78 ms, §W4), no top tile (§W-plans), pairs (0.512 vs 0.539,
+    # §W10), the update in one launch (0.505 and 0.507 vs 0.514 and 0.531, §W11). Ranked 0.503 ms.
     (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(fused=True))),
+    # 640x512: nb 64 and leaves of 16 (§W3), two panel warps (7.99 vs 8.16 ms, §W4), the top tile
+    # (7.93 vs 8.01, §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for
+    # the mixed update, §W11). Ranked 7.29 ms.
     (1023, Plan(nb=64, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64)),
+    # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
+    # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
+    # 5.76 for two launches, §W11). Ranked 5.18 ms.
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
                 tiles=FUSED_ROWS_64)),
+    # 8x2048: 128-column panels with the cuBLAS split-TF32 update (9.29 vs 9.67 ms, §W4); eight
+    # panel warps spilled and lost (§W4), one launch lost (10.11 vs 9.33, §W11). Ranked 9.24 ms.
     (4095, Plan(nb=128, leaf=16, update="cublas-tf32x3", inner="triton")),
+    # 2x4096: leaves of 8 (25.2 vs 25.8 ms, §W3), eight panel warps (21.95 vs 23.42, §W4), pairs
+    # (21.82 vs 22.00; 21.92 vs 22.19 mean, §W10); one launch lost (23.67 vs 21.98, §W11). Ranked 21.25 ms.
     (1 << 30, Plan(nb=32, leaf=8, update="tf32x3", inner="triton", two_columns=True, panel_warps=8)),  # leaves of 8
 )
 
