@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from evaluator.modes import MODE_NAMES
+from evaluator.modes import MODE_NAMES, Mode
 from reference.inputs import CASES
 
 __all__ = [
@@ -135,7 +135,7 @@ class ShapeSet:
 
     def cases(self, mode: str) -> tuple[Case, ...]:
         """The cases a mode runs: tests for ``test``, benchmarks for the others."""
-        return self.tests if mode == "test" else self.benchmarks
+        return self.tests if mode == Mode.TEST else self.benchmarks
 
     def timeout_s(self, mode: str) -> float:
         """Wall-time limit of a whole run in ``mode`` (profile shares the benchmark limit)."""
