@@ -2,12 +2,20 @@
 
 Exit codes: 0 everything passed, 112 a check failed (or a kernel crashed, hung or raised, or the
 contest service's submission gates refused a file), 113 a bad shape file, 2 a usage error
-(unknown contestant, missing file, bad option).
+(unknown contestant, missing file, bad option, a results file that exists or cannot be written),
+130 interrupted (Ctrl-C: what was measured is saved, and where is printed), 141 the reader of the
+output went away (``qrbench ... | head``).
+
+This module imports no torch (the run commands import :mod:`evaluator.run_command` when they run),
+so ``--help`` and ``--version`` answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,33 +24,33 @@ from evaluator import __version__
 from evaluator.cli_args import (
     EXIT_BAD_SHAPES,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PIPE,
     EXIT_USAGE,
     REPORTS_DIR,
+    OutputClosed,
     UsageError,
     add_kernelguard_option,
     add_run_options,
-    pick_device,
-    resolve_contestants,
-    results_path,
-    timing_overrides,
+    precheck_text,
 )
-from evaluator.cloud.command import register as register_modal
 from evaluator.modes import MODE_NAMES, Mode
-from evaluator.precheck import Precheck, precheck_file
-from evaluator.progress import ProgressLine
-from evaluator.report.command import register as register_report
-from evaluator.report.leaderboard import write_leaderboard
-from evaluator.report.tables import render_leaderboard, render_run
-from evaluator.results import RunResult, write_results
-from evaluator.runner import RunOptions, run_contestant
-from evaluator.score import rank
-from evaluator.shapes import ShapeFileError, resolve_shapes
+from evaluator.precheck import precheck_file
 
 __all__ = ["main"]
 
+# Subcommands whose modules bring torch or numpy: registered for real only when named on the
+# command line, otherwise (``qrbench --help``) listed by their help alone.
+_DEFERRED = {
+    "report": ("evaluator.report.command", "Markdown report and PNG plots from results files"),
+    "modal": ("evaluator.cloud.command", "run rankings on Modal cloud GPUs (B200 by default)"),
+}
 
-def _parser() -> argparse.ArgumentParser:
+
+def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: deferred subcommands are registered in full only when named there
+    (all of them when ``argv`` is None)."""
     parser = argparse.ArgumentParser(
         prog="qrbench",
         description="Run, time, check and rank batched FP32 Householder QR kernels as the qr_v2 contest does.",
@@ -62,69 +70,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("contestants", nargs="*", metavar="CONTESTANT")
     add_run_options(p)
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
-                   help="folder for the leaderboard Markdown (default: reports/)")
+                   help="folder for the leaderboard Markdown (default: reports/ in this directory; an existing "
+                        "page is kept and the new one gets a suffix, -2, -3, ..., unless --force)")
     p = sub.add_parser("check", help="only the contest service's submission gates, per file (about a second each)")
     p.set_defaults(func=_cmd_check)
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="a submission file")
     p.add_argument("--mode", choices=MODE_NAMES, default=Mode.LEADERBOARD,
                    help="the submission mode to judge for: kernelguard guards all but test (default: leaderboard)")
     add_kernelguard_option(p)
-    register_report(sub)
-    register_modal(sub)
+    for name, (module, text) in _DEFERRED.items():
+        if argv is None or name in argv:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=text)
     return parser
 
 
-def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path]:
-    """Run every contestant in turn, rewriting the results file after each finished case."""
-    device = pick_device(args.device)
-    shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
-    if note := shapes.timing_note(device):
-        print(note, file=sys.stderr)
-    contestants = resolve_contestants(args.contestants)
-    options = RunOptions(device=device, seed=args.seed, compat=args.compat,
-                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
-                         precheck=args.precheck, kernelguard=args.kernelguard)
-    path = results_path(args, mode, shapes)
-    finished: list[RunResult] = []
-    progress = ProgressLine()
-
-    def save(current: RunResult) -> None:
-        write_results(path, [*finished, current])
-
-    for contestant in contestants:
-        progress.start(contestant.name)
-        run = run_contestant(contestant, mode, shapes, options, on_update=save, on_progress=progress)
-        progress.done()
-        if run.precheck is not None and run.precheck.passed and run.precheck.findings:
-            print(_precheck_text(run.precheck), flush=True)
-        finished.append(run)
-        write_results(path, finished)
-        print(render_run(run), end="\n\n", flush=True)
-    return finished, path
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
-    runs, path = _run_all(args, args.command)
-    print(f"results: {path}")
-    return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+    from evaluator.run_command import cmd_run
+
+    return cmd_run(args)
 
 
 def _cmd_rank(args: argparse.Namespace) -> int:
-    runs, path = _run_all(args, Mode.LEADERBOARD)
-    standings = rank(runs)
-    print(render_leaderboard(standings))
-    print(f"results: {path}")
-    print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
-    return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+    from evaluator.run_command import cmd_rank
 
-
-def _precheck_text(verdict: Precheck) -> str:
-    """One file's verdict: which gates passed, refused, warned or did not run, then what they found."""
-    outcomes = ", ".join(f"{rule} {outcome}" for rule, outcome in verdict.outcomes.items())
-    result = (verdict.kernelguard or {}).get("result") or {}
-    classified = f"; kernelguard: {result['classification']}" if "classification" in result else ""
-    head = f"{verdict.file}: {'passed' if verdict.passed else 'REFUSED'} ({outcomes}{classified})"
-    return "\n".join([head, *(f"  {finding.message}" for finding in verdict.findings)])
+    return cmd_rank(args)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -137,24 +108,41 @@ def _cmd_check(args: argparse.Namespace) -> int:
             verdict = precheck_file(file, args.mode, args.kernelguard)
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from exc
-        print(_precheck_text(verdict), flush=True)
+        print(precheck_text(verdict), flush=True)
         passed = passed and verdict.passed
     return EXIT_OK if passed else EXIT_FAILED
 
 
+def _drop_output() -> None:
+    """The reader went away: point stdout and stderr at /dev/null so that flushing them at exit
+    cannot fail again (Python's recipe: docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        args = _parser(argv).parse_args(argv)
         return args.func(args)
     except UsageError as exc:
         print(f"qrbench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ShapeFileError as exc:
+    except (BrokenPipeError, OutputClosed):
+        _drop_output()
+        return EXIT_PIPE
+    except KeyboardInterrupt:
+        print("\nqrbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        from evaluator.shapes import ShapeFileError  # on this path only: it imports torch
+
+        if not isinstance(exc, ShapeFileError):
+            raise
         print(f"qrbench: bad shape file: {exc}", file=sys.stderr)
         return EXIT_BAD_SHAPES
-    except KeyboardInterrupt:
-        print("\nqrbench: interrupted; finished cases are in the results file", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -1,21 +1,30 @@
 """Command-line pieces shared by ``qrbench``'s subcommands (local runs, ``modal rank``, ``report``):
-the run options, device choice, contestant resolution, results paths, and the usage error."""
+the run options, device choice, contestant resolution, results paths, and the usage error.
+
+Nothing here imports torch: ``qrbench --help`` builds its parser from these.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evaluator.contestant import CONTESTANTS_DIR, Contestant, ContestantError, discover_contestants, resolve_contestant
-from evaluator.precheck import KERNELGUARD_POLICIES
-from evaluator.shapes import ShapeSet
+from evaluator.precheck import KERNELGUARD_POLICIES, Precheck
+
+if TYPE_CHECKING:
+    from evaluator.shapes import ShapeSet
 
 __all__ = [
     "EXIT_BAD_SHAPES",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE",
     "EXIT_USAGE",
     "REPORTS_DIR",
     "RESULTS_DIR",
@@ -23,19 +32,28 @@ __all__ = [
     "add_kernelguard_option",
     "add_run_options",
     "pick_device",
+    "precheck_text",
     "resolve_contestants",
     "results_path",
     "timing_overrides",
+    "unused_path",
+    "writable_file",
 ]
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BAD_SHAPES = 0, 2, 112, 113
-REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO / "results"
-REPORTS_DIR = REPO / "reports"
+EXIT_INTERRUPTED, EXIT_PIPE = 130, 141  # as a shell reports a process stopped by SIGINT, SIGPIPE
+# Relative: results and reports go under the directory qrbench runs in, not into its checkout.
+RESULTS_DIR = Path("results")
+REPORTS_DIR = Path("reports")
 
 
 class UsageError(Exception):
     """Bad command line: reported with exit code 2."""
+
+
+class OutputClosed(KeyboardInterrupt):
+    """The reader of qrbench's output went away (``qrbench ... | head``): the run stops as after
+    Ctrl-C (the runner saves the stage as interrupted) and qrbench exits quietly with 141."""
 
 
 def _cuda_available() -> bool:
@@ -61,7 +79,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="where kernels run (default: auto = CUDA when present)")
     p.add_argument("--seed", type=int, help="combine every spec seed with this seed, as the contest's POPCORN_SEED")
     p.add_argument("--json", type=Path, metavar="PATH",
-                   help="results file (default: results/<time>-<mode>-<shapes>.json)")
+                   help="results file (default: results/<time>-<mode>-<shapes>.json in this directory); "
+                        "an existing file is refused unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing --json file (and the leaderboard page of rank)")
     p.add_argument("--compat", action="store_true",
                    help="the contest's exact protocol: no hardening rules, published checker path")
     p.add_argument("--budget", type=float, metavar="S",
@@ -107,8 +128,46 @@ def resolve_contestants(refs: Sequence[str]) -> list[Contestant]:
 
 
 def results_path(args: argparse.Namespace, mode: str, shapes: ShapeSet) -> Path:
-    """``--json``, or a new time-stamped file under ``results/``."""
-    if args.json is not None:
-        return args.json
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return RESULTS_DIR / f"{stamp}-{mode}-{shapes.name}.json"
+    """``--json``, or a new time-stamped file under ``results/`` of the current directory; checked
+    before anything runs, so a run never ends in a file it cannot write or one it would clobber."""
+    if args.json is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = unused_path(RESULTS_DIR / f"{stamp}-{mode}-{shapes.name}.json")
+    elif args.json.exists() and not args.json.is_dir() and not getattr(args, "force", False):
+        raise UsageError(f"--json {args.json}: the file exists; pass --force to overwrite it")
+    else:
+        path = args.json
+    writable_file(path, "--json")
+    return path
+
+
+def unused_path(path: Path) -> Path:
+    """``path``, or the first of ``name-2.ext``, ``name-3.ext``, ... that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def writable_file(path: Path, option: str) -> None:
+    """A usage error unless a file could be written at ``path`` (its missing folders made)."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder")
+    for folder in path.absolute().parents:  # the nearest folder that exists decides
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            raise UsageError(f"{option} {path}: {folder} is a file, not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{option} {path}: cannot write into {folder}")
+        return
+
+
+def precheck_text(verdict: Precheck) -> str:
+    """One file's verdict: which gates passed, refused, warned or did not run, then what they found."""
+    outcomes = ", ".join(f"{rule} {outcome}" for rule, outcome in verdict.outcomes.items())
+    result = (verdict.kernelguard or {}).get("result") or {}
+    classified = f"; kernelguard: {result['classification']}" if "classification" in result else ""
+    head = f"{verdict.file}: {'passed' if verdict.passed else 'REFUSED'} ({outcomes}{classified})"
+    return "\n".join([head, *(f"  {finding.message}" for finding in verdict.findings)])

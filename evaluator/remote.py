@@ -94,6 +94,8 @@ class WorkerLink:
         self._pending: list[dict[str, Any]] = []
         self._deadline = deadline
         self._limit = f"exceeded the {limit_s:.0f} s limit of {mode} mode"
+        # Called after each second the worker stays silent: the caller's progress clock keeps ticking.
+        self.on_wait: Callable[[], None] | None = None
 
     def ready(self) -> None:
         """Wait for the worker's first message: its imports are done."""
@@ -123,6 +125,8 @@ class WorkerLink:
             if remaining <= 0:
                 raise WorkerGone("timeout", self._limit)
             ready, _, _ = select.select([self._channel_fd, self._out_fd], [], [], min(remaining, 1.0))
+            if not ready and self.on_wait is not None:
+                self.on_wait()
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
                 if fd == self._out_fd:

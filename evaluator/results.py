@@ -22,6 +22,8 @@ from evaluator.shapes import Case
 from evaluator.stats import Stats, geomean
 
 __all__ = [
+    "INTERRUPTED",
+    "RUNNING",
     "SCHEMA_VERSION",
     "CaseResult",
     "ResultsError",
@@ -39,10 +41,14 @@ KIND = "qrbench-results"
 # a worker that died, "timeout" a run stopped at its time limit, "skipped" a case never reached.
 # A run whose stages all passed but that lacks some of its mode's stages (it was stopped, or
 # its file was written mid-run) is "incomplete", never "pass". A run the submission gates
-# (evaluator.precheck) refused has no stages and is "refused".
+# (evaluator.precheck) refused has no stages and is "refused". A stage whose file was written while
+# it ran is "running"; one the user stopped (Ctrl-C, or the reader of qrbench's output went away) is
+# "interrupted", and so is its run: neither a pass nor the kernel's failure.
 PASSED = "pass"
 INCOMPLETE = "incomplete"
 REFUSED = "refused"
+RUNNING = "running"
+INTERRUPTED = "interrupted"
 
 class ResultsError(ValueError):
     """A results file that cannot be read; the message names the file."""
@@ -105,7 +111,8 @@ class StageResult:
     ``name`` is the stage's role (``test``, ``benchmark``, ``ranked``, ``ranked-secret``,
     ``profile``); ``seed`` is the secret seed combined into every spec seed, if any;
     ``breakdown_s`` is where ``wall_s`` went, by activity (:mod:`evaluator.ledger`; hardened
-    stages only).
+    stages only). ``output`` is the tail of the worker's stdout and stderr (what the kernel
+    printed, capped), kept for debugging a failure.
     """
 
     name: str
@@ -117,6 +124,7 @@ class StageResult:
     wall_s: float = 0.0
     profile_table: str = ""
     breakdown_s: dict[str, float] = field(default_factory=dict)
+    output: str = ""
 
     @property
     def passed(self) -> bool:
@@ -133,6 +141,7 @@ class StageResult:
             "cases": [c.to_dict() for c in self.cases],
             "profile_table": self.profile_table,
             "breakdown_s": self.breakdown_s,
+            "output": self.output,
         }
 
     @classmethod
@@ -147,6 +156,7 @@ class StageResult:
             wall_s=float(data.get("wall_s", 0.0)),
             profile_table=data.get("profile_table", ""),
             breakdown_s={k: float(v) for k, v in data.get("breakdown_s", {}).items()},
+            output=data.get("output", ""),
         )
 
     def geomean_s(self) -> float | None:

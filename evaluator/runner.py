@@ -39,7 +39,7 @@ from evaluator.modes import SECRET_STAGE, STAGES_BY_MODE, Mode, stage_mode
 from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import Harness, combine_seed, run_benchmark, run_leaderboard, run_profile, run_test
 from evaluator.remote import RemoteExecutor, WorkerLink
-from evaluator.results import CaseResult, RunResult, StageResult
+from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult, StageResult
 from evaluator.sandbox import Scratch
 from evaluator.shapes import Case, ShapeSet, Timing
 
@@ -148,15 +148,28 @@ def _stage_cases(plan: StagePlan, shapes: ShapeSet) -> tuple[Case, ...]:
     return cases[:1] if plan.mode == Mode.PROFILE else cases
 
 
+# Statuses that stop a stage in the middle of a case: that case gets the status, later ones are skipped.
+_STOPPED_MID_CASE = ("timeout", INTERRUPTED)
+
+
 def _finish(plan: StagePlan, shapes: ShapeSet, cases: list[CaseResult], status: str | None, reason: str,
-            wall_s: float, table: str = "") -> StageResult:
+            wall_s: float, table: str = "", output: str = "") -> StageResult:
     all_cases = _stage_cases(plan, shapes)
     cases = list(cases)
+    if status in _STOPPED_MID_CASE and len(cases) < len(all_cases):
+        cases.append(CaseResult(len(cases), all_cases[len(cases)], status, reason))
     for i in range(len(cases), len(all_cases)):
         cases.append(CaseResult(i, all_cases[i], "skipped", f"not run: {reason}" if reason else "not run"))
     if status is None:
         status = "pass" if cases and all(c.passed for c in cases) else "fail"
-    return StageResult(plan.name, plan.mode, status, tuple(cases), plan.secret, reason, round(wall_s, 3), table)
+    return StageResult(plan.name, plan.mode, status, tuple(cases), plan.secret, reason, round(wall_s, 3), table,
+                       output=output)
+
+
+def _running(event: dict[str, Any]) -> str:
+    """The case a progress event says is running, e.g. ``case 2/5 (b=2 n=16)`` or its warm-up."""
+    where = f"case {event['index'] + 1}/{event['count']}" if "index" in event and "count" in event else "case"
+    return f"{'the warm-up of ' if event.get('event') == 'warmup' else ''}{where} ({event.get('label', '')})"
 
 
 def _job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: RunOptions, key: str,
@@ -262,10 +275,21 @@ def run_stage(
     reason = ""
     table = ""
 
+    running: dict[str, Any] = {}  # the last case (or warm-up) a progress event announced, until it is published
+    interrupted: KeyboardInterrupt | None = None
+
     def publish(current: list[CaseResult]) -> None:
         cases[:] = current
+        running.clear()
         if on_case is not None:
-            on_case(_finish(plan, shapes, current, None, "", time.monotonic() - started))
+            on_case(_finish(plan, shapes, current, RUNNING, "", time.monotonic() - started))
+
+    def progress(stage: str, event: dict[str, Any]) -> None:
+        if event.get("event") in ("case", "warmup"):
+            running.clear()
+            running.update(event)
+        if on_progress is not None:
+            on_progress(stage, event)
 
     with contained_stage(shapes.path if shapes.path.is_file() else None, scratch) as containment:
         read_fd, write_fd = os.pipe()
@@ -276,20 +300,28 @@ def run_stage(
         )
         os.close(write_fd)
         link = WorkerLink(proc, read_fd, key, started + limit_s, limit_s, plan.mode)
+        if on_progress is not None:
+            link.on_wait = lambda: on_progress(plan.name, {"event": "wait"})
         try:
             link.send_line(_job(contestant, plan, shapes, options, key, str(scratch.path)))
             with ledger.timing("worker_start"):
                 link.ready()
             if options.compat:
-                collector = _run_in_worker(link, plan, shapes, publish, on_progress)
+                collector = _run_in_worker(link, plan, shapes, publish, progress)
                 table = collector.profile_table
                 if collector.error:
                     status, reason = "error", collector.error
             else:
-                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, on_progress, ledger)
+                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, progress, ledger)
                 link.send({"op": "bye"})
         except WorkerGone as gone:
             status, reason = gone.status, gone.reason
+            if status == "timeout" and running:
+                reason += f" while running {_running(running)}"
+        except KeyboardInterrupt as stop:  # Ctrl-C, or the reader of the caller's output went away
+            interrupted, status = stop, INTERRUPTED
+            reason = f"interrupted ({str(stop) or 'Ctrl-C'})"
+            reason += f" while running {_running(running)}" if running else ""
         finally:
             os.close(read_fd)  # first: a worker still writing gets EPIPE, not a wait
             _stop(proc, link)
@@ -299,9 +331,13 @@ def run_stage(
     elif problem:
         reason = f"{reason}; {problem}"
     wall_s = time.monotonic() - started
-    stage = _finish(plan, shapes, cases, status, reason, wall_s, table)
+    stage = _finish(plan, shapes, cases, status, reason, wall_s, table, link.output.text())
     if not options.compat:
         stage = replace(stage, breakdown_s=ledger.breakdown(wall_s))
+    if interrupted is not None:
+        if on_case is not None:
+            on_case(stage)  # what was measured, for the caller to save before it stops
+        raise interrupted
     return stage, environment
 
 

@@ -43,10 +43,24 @@ def test_os_exit_is_a_crash_with_its_code() -> None:
     assert "exited with code 3" in run.stages[0].reason
 
 
-def test_hang_is_stopped_at_the_time_limit() -> None:
-    run = _test_run("hangs.py", RunOptions(device="cpu", timeout_scale=0.25))
+def test_hang_is_stopped_at_the_time_limit_naming_the_case_and_the_clock_ticks() -> None:
+    events: list[dict] = []
+    run = run_contestant(resolve_contestant(FIXTURES / "hangs.py"), "test", TINY,
+                         RunOptions(device="cpu", timeout_scale=0.25), on_progress=lambda _stage, e: events.append(e))
     assert run.status == "timeout"
-    assert "exceeded the 5 s limit of test mode" in run.stages[0].reason
+    stage = run.stages[0]
+    assert "exceeded the 5 s limit of test mode while running case 1/2 (2x8)" in stage.reason
+    assert [c.status for c in stage.cases] == ["timeout", "skipped"]  # the hung case, then the one never reached
+    assert stage.cases[0].message == stage.reason
+    ticks = [e for e in events[events.index({"event": "case", "index": 0, "count": 2, "label": "2x8"}):]
+             if e["event"] == "wait"]
+    assert len(ticks) >= 3  # one per silent second of the hang: a progress line keeps its clock going
+
+
+def test_what_the_kernel_prints_is_kept_in_the_stage() -> None:
+    stage = _test_run("prints.py").stages[0]
+    assert "debug: custom_kernel got a batch of shape (2, 8, 8)" in stage.output
+    assert "debug: and a line on stderr" in stage.output
 
 
 def test_flood_of_output_is_harmless() -> None:

@@ -8,12 +8,12 @@ from tabulate import tabulate
 
 from evaluator.environment import gpu_key
 from evaluator.report.units import format_ns, format_s
-from evaluator.results import CaseResult, RunResult, StageResult
+from evaluator.results import INTERRUPTED, CaseResult, RunResult, StageResult
 from evaluator.score import Standing
 
 __all__ = ["render_leaderboard", "render_run", "timing_label"]
 
-_MESSAGE_WIDTH = 90
+_GREEN, _RED, _YELLOW, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[0m"
 
 
 def timing_label(run: RunResult) -> str:
@@ -24,8 +24,35 @@ def timing_label(run: RunResult) -> str:
 
 
 def _short(text: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first if len(first) <= _MESSAGE_WIDTH else first[: _MESSAGE_WIDTH - 1] + "…"
+    """The first line, whole: a table cell holds one line, the details follow the table."""
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in text.strip().splitlines())
+
+
+def _details(run: RunResult) -> str:
+    """What a failure needs to be debugged: each failing case's whole message (a traceback, say),
+    and the worker's output (what the kernel printed) of each stage that did not pass."""
+    blocks = []
+    for stage in run.stages:
+        for case in stage.cases:
+            if not case.passed and case.status != "skipped" and case.message.strip() != _short(case.message):
+                blocks.append(f"{stage.name} · {case.case.label} ({case.status}):\n{_indented(case.message)}")
+        if not stage.passed and stage.output.strip():
+            blocks.append(f"{stage.name}: the worker's output (stdout and stderr, its end):\n{_indented(stage.output)}")
+    return "".join(f"\n\n{b}" for b in blocks)
+
+
+def _run_verdict(run: RunResult, color: bool) -> str:
+    if run.passed:
+        text, paint = "passed", _GREEN
+    elif run.status == INTERRUPTED:
+        text, paint = f"INTERRUPTED: {_short(run.reason)}", _YELLOW
+    else:
+        text, paint = f"FAILED: {_short(run.reason)}", _RED
+    return f"{paint}{text}{_RESET}" if color else text
 
 
 def _verdict_text(case: CaseResult) -> str:
@@ -45,17 +72,18 @@ def _stage_rows(stage: StageResult) -> list[list[str]]:
     return rows
 
 
-def render_run(run: RunResult, fmt: str = "simple") -> str:
-    """One contestant's run: a line per case, the verdict and score, and any profiler table."""
+def render_run(run: RunResult, fmt: str = "simple", color: bool = False) -> str:
+    """One contestant's run: a line per case, the verdict and score, any profiler table, then the
+    details of its failures (whole messages, the worker's output). ``color``: for a terminal."""
     rows = [row for stage in run.stages for row in _stage_rows(stage)]
     headers = ["stage", "case", "status", "mean ± err (runs)", "residuals (n·eps) / message"]
     table = tabulate(rows, headers=headers, tablefmt=fmt)
     score = f", score {format_s(run.score_s)} (geometric mean)" if run.score_s is not None else ""
-    verdict = "passed" if run.passed else f"FAILED: {_short(run.reason)}"
+    verdict = _run_verdict(run, color)
     profiles = "".join(f"\n\n{s.name}: torch profiler, per kernel\n{s.profile_table}" for s in run.stages
                        if s.profile_table)
     return f"{run.contestant['name']} — {run.mode} on {run.shapes['name']}: {verdict}{score}\n" \
-           f"[{timing_label(run)}]\n{table}{profiles}"
+           f"[{timing_label(run)}]\n{table}{profiles}{_details(run)}"
 
 
 def render_leaderboard(standings: Sequence[Standing], fmt: str = "simple") -> str:

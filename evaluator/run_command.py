@@ -1,0 +1,128 @@
+"""``qrbench test|benchmark|leaderboard|profile|rank``: run contestants one after another, keep every
+finished case on disk, show progress, print each run and a summary.
+
+Imported only when one of these commands runs (it brings torch), so ``qrbench --help`` stays fast.
+A Ctrl-C (or a reader of the output that went away) saves the run as interrupted and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from evaluator.cli_args import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    OutputClosed,
+    pick_device,
+    precheck_text,
+    resolve_contestants,
+    results_path,
+    timing_overrides,
+)
+from evaluator.modes import Mode, stage_mode
+from evaluator.progress import feedback, use_color
+from evaluator.report.leaderboard import write_leaderboard
+from evaluator.report.tables import render_leaderboard, render_run
+from evaluator.results import INCOMPLETE, INTERRUPTED, RUNNING, RunResult, StageResult, write_results
+from evaluator.runner import RunOptions, new_run, run_contestant
+from evaluator.score import rank
+from evaluator.shapes import resolve_shapes
+
+__all__ = ["cmd_rank", "cmd_run", "interrupted", "summary"]
+
+
+def interrupted(run: RunResult) -> RunResult:
+    """The run as it stood when the user stopped it: the stage that was running, or else the next
+    one it had left, is interrupted; a finished, failed or refused run stays as it was."""
+    running = [s for s in run.stages if s.status == RUNNING]
+    if running:  # stopped while the runner could not record it (a second Ctrl-C as it cleaned up)
+        return run.with_stage(replace(running[0], status=INTERRUPTED, reason="interrupted"))
+    if run.status != INCOMPLETE:
+        return run
+    name = run.missing_stages[0]
+    return run.with_stage(StageResult(name, stage_mode(name), INTERRUPTED, reason="interrupted before it started"))
+
+
+def summary(runs: list[RunResult]) -> str:
+    """One line per contestant under a count: the end of a multi-contestant command."""
+    lines = [f"summary: {sum(r.passed for r in runs)} of {len(runs)} contestants passed"]
+    for r in runs:
+        why = (r.reason.strip().splitlines() or [""])[0]
+        lines.append(f"  {r.contestant['name']}: {r.status}" + ("" if r.passed else f": {why}"))
+    return "\n".join(lines)
+
+
+def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path, KeyboardInterrupt | None]:
+    """Run every contestant in turn, rewriting the results file after each finished case; the
+    interrupt that stopped the runs early, if one did."""
+    device = pick_device(args.device)
+    shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
+    if note := shapes.timing_note(device):
+        print(note, file=sys.stderr)
+    contestants = resolve_contestants(args.contestants)
+    options = RunOptions(device=device, seed=args.seed, compat=args.compat,
+                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
+                         precheck=args.precheck, kernelguard=args.kernelguard)
+    path = results_path(args, mode, shapes)
+    finished: list[RunResult] = []
+    latest: list[RunResult] = []  # the current contestant's run as last saved
+    shown = feedback()
+
+    def save(current: RunResult) -> None:
+        latest[:] = [current]
+        write_results(path, [*finished, current])
+        shown.update(current)
+
+    for contestant in contestants:
+        shown.start(contestant.name)
+        latest.clear()
+        try:
+            run = run_contestant(contestant, mode, shapes, options, on_update=save, on_progress=shown)
+        except KeyboardInterrupt as stop:
+            finished.append(interrupted(latest[0] if latest else new_run(contestant, mode, shapes, options)))
+            write_results(path, finished)
+            with contextlib.suppress(OutputClosed):
+                shown.done(finished[-1])
+            return finished, path, stop
+        finished.append(run)
+        write_results(path, finished)
+        shown.done(run)
+        if run.precheck is not None and run.precheck.passed and run.precheck.findings:
+            print(precheck_text(run.precheck), flush=True)
+        print(render_run(run, color=use_color(sys.stdout)), end="\n\n", flush=True)
+    return finished, path, None
+
+
+def _stopped(stop: KeyboardInterrupt, path: Path) -> int:
+    if isinstance(stop, OutputClosed):
+        raise stop  # the CLI's entry exits quietly
+    print(f"\nqrbench: interrupted; what was measured is in {path}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    runs, path, stop = _run_all(args, args.command)
+    if stop is not None:
+        return _stopped(stop, path)
+    if len(runs) > 1:
+        print(summary(runs))
+    print(f"results: {path}")
+    return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    runs, path, stop = _run_all(args, Mode.LEADERBOARD)
+    if stop is not None:
+        return _stopped(stop, path)
+    standings = rank(runs)
+    print(render_leaderboard(standings))
+    if len(runs) > 1:
+        print(summary(runs))
+    print(f"results: {path}")
+    print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out, force=args.force)}")
+    return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
