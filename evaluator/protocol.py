@@ -24,6 +24,7 @@ from evaluator.delivery import snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
 from evaluator.guards import Hardening, PhysicalFloor
 from evaluator.ledger import Ledger
+from evaluator.modes import Mode
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
 from evaluator.stats import Stats
@@ -33,6 +34,7 @@ from reference.checker import QMethod, Verdict, verdict
 from reference.inputs import generate_input
 
 __all__ = [
+    "CASE_MODES",
     "BenchSettings",
     "Harness",
     "benchmark_case",
@@ -378,3 +380,9 @@ def run_profile(h: Harness, shapes: ShapeSet, secret: int | None = None,
         return _single_call(h, case, "profiler" if profiler else "nvtx")
     except Exception as exc:  # noqa: BLE001
         return CaseResult(0, case, "error", _error_text(exc), seeds=(case.seed,)), ""
+
+
+#: The modes that run a list of cases (profile mode runs one call: :func:`run_profile`).
+CASE_MODES: dict[Mode, Callable[[Harness, ShapeSet, int | None], Iterator[CaseResult]]] = {
+    Mode.TEST: run_test, Mode.BENCHMARK: run_benchmark, Mode.LEADERBOARD: run_leaderboard,
+}

@@ -37,7 +37,7 @@ from evaluator.handover import HandoverArena
 from evaluator.ledger import Ledger
 from evaluator.modes import SECRET_STAGE, STAGES_BY_MODE, Mode, stage_mode
 from evaluator.precheck import Precheck, precheck_file
-from evaluator.protocol import Harness, combine_seed, run_benchmark, run_leaderboard, run_profile, run_test
+from evaluator.protocol import CASE_MODES, Harness, combine_seed, run_profile
 from evaluator.remote import RemoteExecutor, WorkerLink
 from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult, StageResult
 from evaluator.sandbox import Scratch
@@ -202,7 +202,6 @@ def _arena(device: torch.device) -> HandoverArena:
 
 _FLOORS: dict[torch.device, PhysicalFloor] = {}
 _ARENAS: dict[torch.device, HandoverArena] = {}
-_MODES = {Mode.TEST: run_test, Mode.BENCHMARK: run_benchmark, Mode.LEADERBOARD: run_leaderboard}
 
 
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
@@ -222,7 +221,7 @@ def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, sha
         cases.append(result)
         publish(cases)
         return cases, table
-    for result in _MODES[plan.mode](harness, shapes, plan.secret):
+    for result in CASE_MODES[plan.mode](harness, shapes, plan.secret):
         cases.append(result)
         publish(cases)
     return cases, ""

@@ -37,13 +37,12 @@ from evaluator.execution import LocalExecutor, profiled
 from evaluator.guards import Hardening
 from evaluator.handover import attach
 from evaluator.modes import Mode
-from evaluator.protocol import Harness, run_benchmark, run_leaderboard, run_profile, run_test
+from evaluator.protocol import CASE_MODES, Harness, run_profile
 from evaluator.shapes import ShapeSet
 from evaluator.timing import make_timer, synchronize
 
 __all__ = ["main"]
 
-_MODES = {Mode.TEST: run_test, Mode.BENCHMARK: run_benchmark, Mode.LEADERBOARD: run_leaderboard}
 
 
 def _contestant(data: dict[str, str]) -> Contestant:
@@ -150,7 +149,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
         out.send({"event": "case", "result": result.to_dict()})
         out.send({"event": "profile", "table": table})
     else:
-        for result in _MODES[mode](harness, shapes, job["secret"]):
+        for result in CASE_MODES[mode](harness, shapes, job["secret"]):
             out.send({"event": "case", "result": result.to_dict()})
     out.send({"event": "done"})
 
