@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,12 @@ def test_a_job_ships_its_shape_set_as_json_data_validated_in_the_container() -> 
     assert ShapeSet.from_dict(json.loads(json.dumps(request.shapes))) == load_shapes(TINY)
     with pytest.raises(ShapeFileError, match="unknown key"):
         execute(replace(request, shapes={**request.shapes, "timings": {}}))
+
+
+def test_the_container_pins_the_kernelguard_pyproject_pins() -> None:
+    """Every container runs the submission gates: its kernelguard must be the project's."""
+    from evaluator.cloud import container
+
+    pinned = next(d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+                  if d.startswith("kernelguard"))
+    assert pinned in container.PYPI_PACKAGES

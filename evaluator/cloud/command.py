@@ -107,7 +107,8 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     _check(args)
     device = pick_device(args.device) if args.local else ("cuda" if args.device == "auto" else args.device)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
-    options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=timing_overrides(args))
+    options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=timing_overrides(args),
+                         precheck=args.precheck, kernelguard=args.kernelguard)
     try:
         jobs = plan_jobs(resolve_contestants(args.contestants), args.mode, shapes, options,
                          split_secret=not args.one_container)

@@ -14,8 +14,9 @@ PYTHON_VERSION = "3.13"
 TORCH_VERSION = "2.11.0"
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu130"
 TRITON_VERSION = "3.6.0"
-# Installed from PyPI before torch, so torch's own index only has to serve torch and its CUDA wheels.
-PYPI_PACKAGES = (f"triton=={TRITON_VERSION}", "numpy~=2.3", "PyYAML~=6.0")
+# Installed from PyPI before torch, so torch's own index only has to serve torch and its CUDA wheels;
+# kernelguard at the version pyproject pins, for the submission gates every container runs.
+PYPI_PACKAGES = (f"triton=={TRITON_VERSION}", "numpy~=2.3", "PyYAML~=6.0", "kernelguard==0.3.2")
 
 DEFAULT_GPU = "B200"
 CPU_CORES = 4.0
