@@ -242,8 +242,6 @@ def test_a_job_ships_its_shape_set_as_json_data_validated_in_the_container() -> 
 
 def test_the_container_pins_the_kernelguard_pyproject_pins() -> None:
     """Every container runs the submission gates: its kernelguard must be the project's."""
-    from evaluator.cloud import container
-
     pinned = next(d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
                   if d.startswith("kernelguard"))
     assert pinned in container.PYPI_PACKAGES
