@@ -96,6 +96,7 @@ class WorkerLink:
         self._limit = f"exceeded the {limit_s:.0f} s limit of {mode} mode"
         # Called after each second the worker stays silent: the caller's progress clock keeps ticking.
         self.on_wait: Callable[[], None] | None = None
+        self._interrupted: KeyboardInterrupt | None = None
 
     def ready(self) -> None:
         """Wait for the worker's first message: its imports are done."""
@@ -119,14 +120,22 @@ class WorkerLink:
             raise self._gone() from None
 
     def receive(self) -> dict[str, Any]:
-        """The next message; a kernel's exception comes back as :class:`KernelError`."""
+        """The next message; a kernel's exception comes back as :class:`KernelError`. A Ctrl-C while
+        waiting is raised again by every later wait, so cleanup that talks to the worker (a release
+        in a ``finally``) cannot wait on a hung kernel until the time limit."""
+        if self._interrupted is not None:
+            raise self._interrupted
         while not self._pending:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
                 raise WorkerGone("timeout", self._limit)
-            ready, _, _ = select.select([self._channel_fd, self._out_fd], [], [], min(remaining, 1.0))
-            if not ready and self.on_wait is not None:
-                self.on_wait()
+            try:
+                ready, _, _ = select.select([self._channel_fd, self._out_fd], [], [], min(remaining, 1.0))
+                if not ready and self.on_wait is not None:
+                    self.on_wait()
+            except KeyboardInterrupt as stop:
+                self._interrupted = stop
+                raise
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
                 if fd == self._out_fd:

@@ -4,6 +4,7 @@ fails only itself, with a clear reason; the other contestants' results stay on d
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,27 @@ def test_hang_is_stopped_at_the_time_limit_naming_the_case_and_the_clock_ticks()
     ticks = [e for e in events[events.index({"event": "case", "index": 0, "count": 2, "label": "2x8"}):]
              if e["event"] == "wait"]
     assert len(ticks) >= 3  # one per silent second of the hang: a progress line keeps its clock going
+
+
+def test_ctrl_c_during_a_hung_kernel_interrupts_at_once_and_keeps_the_stage() -> None:
+    saved: list = []
+    seen: list[str] = []
+
+    def ctrl_c_while_waiting(_stage: str, event: dict) -> None:
+        seen.append(event["event"])
+        if event["event"] == "wait" and "case" in seen:  # the hung case is running
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_contestant(resolve_contestant(FIXTURES / "hangs.py"), "test", TINY,
+                       RunOptions(device="cpu", timeout_scale=0.5), on_update=saved.append,
+                       on_progress=ctrl_c_while_waiting)
+    assert time.monotonic() - started < 10  # not held until the 10 s limit by the release of the hung case
+    stage = saved[-1].stages[0]
+    assert saved[-1].status == "interrupted"
+    assert [c.status for c in stage.cases] == ["interrupted", "skipped"]
+    assert stage.reason == "interrupted (Ctrl-C) while running case 1/2 (2x8)"
 
 
 def test_what_the_kernel_prints_is_kept_in_the_stage() -> None:
