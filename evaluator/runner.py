@@ -323,7 +323,7 @@ def run_stage(
             reason += f" while running {_running(running)}" if running else ""
         finally:
             os.close(read_fd)  # first: a worker still writing gets EPIPE, not a wait
-            _stop(proc, link)
+            _stop(proc, link, grace_s=0.0 if status in (INTERRUPTED, "timeout") else 5.0)
     problem = containment.problem()
     if problem and status is None:
         status, reason = "fail", problem
@@ -340,26 +340,29 @@ def run_stage(
     return stage, environment
 
 
-def _stop(proc: subprocess.Popen[bytes], link: WorkerLink) -> None:
-    """Let a finished worker exit (draining its output), else kill its whole process group."""
+def _stop(proc: subprocess.Popen[bytes], link: WorkerLink, grace_s: float = 5.0) -> None:
+    """Let a finished worker exit (draining its output) for ``grace_s``, then kill its whole
+    process group; the kill happens even if the wait is interrupted (a second Ctrl-C)."""
     assert proc.stdin is not None
     assert proc.stdout is not None
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-    deadline = time.monotonic() + 5
-    out_fd = proc.stdout.fileno()
-    reading = True
-    while proc.poll() is None and time.monotonic() < deadline:
-        if not reading:
-            time.sleep(0.02)
-            continue
-        ready, _, _ = select.select([out_fd], [], [], 0.1)
-        if ready and not link.output.add(os.read(out_fd, 1 << 16)):
-            reading = False
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
+    try:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        deadline = time.monotonic() + grace_s
+        out_fd = proc.stdout.fileno()
+        reading = True
+        while proc.poll() is None and time.monotonic() < deadline:
+            if not reading:
+                time.sleep(0.02)
+                continue
+            ready, _, _ = select.select([out_fd], [], [], 0.1)
+            if ready and not link.output.add(os.read(out_fd, 1 << 16)):
+                reading = False
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
 
 
 def new_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions) -> RunResult:

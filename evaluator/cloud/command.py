@@ -136,5 +136,5 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     print(render_leaderboard(standings))
     print(f"results: {path}")
     if args.mode == Mode.LEADERBOARD:
-        print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out)}")
+        print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out, force=args.force)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
