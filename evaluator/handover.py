@@ -7,23 +7,27 @@ memory the parent allocated and the worker only maps:
   (``torch.cuda.MemPool``), shared by CUDA IPC. IPC maps a whole allocator segment, so nothing
   but handed-over buffers may live in those segments: the pristine copies the checker compares
   against never share one with an input the kernel can write;
-- on the CPU, each buffer is a file in a private folder (``/dev/shm`` where it has room), mapped
-  shared by both processes with ``torch.from_file``.
+- on the CPU, each buffer is a file with a random name in a private folder outside ``/dev/shm``
+  (which the worker's sandbox lets it write), mapped shared by both processes with
+  ``torch.from_file``, used by one worker only and deleted when given back: a worker that
+  replaced a file under its name could otherwise feed a later contestant's worker other memory.
 
 Each buffer is its own storage with no offset, as the contest's tensors are (kernels that cache
 CUDA graphs by pointer, or take a fast path for offset-free tensors, behave as they would there).
 The worker never allocates what the parent reads, so it cannot free memory under the parent.
-Buffers given back are kept, by shape, for the next case, stage or contestant: a new allocation
-and a new IPC mapping cost far more than the copy that fills a kept buffer.
+CUDA buffers given back are kept, by shape, for the next case, stage or contestant (they have no
+name a worker could replace): a new allocation and IPC mapping cost far more than the copy that
+fills a kept buffer.
 """
 
 from __future__ import annotations
 
+import atexit
+import secrets
 import shutil
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +35,6 @@ import torch
 
 __all__ = ["HandoverArena", "attach"]
 
-_SHM = Path("/dev/shm")
-_SHM_HEADROOM = 2  # use /dev/shm only while it has twice the bytes asked for free
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,6 @@ class HandoverArena:
         self.device = device
         self._pool = torch.cuda.MemPool() if device.type == "cuda" else None
         self._folder: Path | None = None
-        self._names = count()
         self._free: dict[tuple[tuple[int, ...], torch.dtype], list[tuple[torch.Tensor, Any]]] = defaultdict(list)
 
     def new(self, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, Any]:
@@ -74,7 +75,11 @@ class HandoverArena:
             return self._allocate(shape, dtype)
 
     def give_back(self, tensor: torch.Tensor, spec: Any) -> None:
-        """Keep a buffer for the next :meth:`new` of its shape (the worker has let go of it)."""
+        """The worker has let go of a buffer: keep a CUDA one for the next :meth:`new` of its
+        shape, delete a CPU one's file (see the module docstring)."""
+        if isinstance(spec, _FileSpec):
+            Path(spec.path).unlink(missing_ok=True)
+            return
         self._free[(tuple(tensor.shape), tensor.dtype)].append((tensor, spec))
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
@@ -87,14 +92,15 @@ class HandoverArena:
         numel = 1
         for size in shape:
             numel *= size
-        path = self._cpu_folder(numel * dtype.itemsize) / f"t{next(self._names)}"
+        path = self._cpu_folder() / secrets.token_hex(8)
         tensor = torch.from_file(str(path), shared=True, size=max(numel, 1), dtype=dtype)[:numel].view(shape)
         return tensor, _FileSpec(str(path), shape, str(dtype))
 
-    def _cpu_folder(self, nbytes: int) -> Path:
-        if self._folder is None:
-            usable = _SHM.is_dir() and shutil.disk_usage(_SHM).free > _SHM_HEADROOM * max(nbytes, 1 << 26)
-            self._folder = Path(tempfile.mkdtemp(prefix="qrbench-handover-", dir=_SHM if usable else None))
+    def _cpu_folder(self) -> Path:
+        if self._folder is None or not self._folder.is_dir():  # made again if a worker removed it
+            if self._folder is None:
+                atexit.register(self.close)  # nothing may outlive the process
+            self._folder = Path(tempfile.mkdtemp(prefix="qrbench-handover-"))
         return self._folder
 
     def close(self) -> None:

@@ -95,3 +95,16 @@ def test_a_compat_worker_that_reports_another_spec_breaks_the_channel() -> None:
     other = _Collector(StagePlan("test", "test", None), _shapes())
     with pytest.raises(ChannelError, match="spec it was not given"):
         other.take({"event": "case", "result": CaseResult(0, CASE.with_seed(99), "pass").to_dict()})
+
+
+def test_the_cpu_handover_folder_goes_with_the_process(tmp_path: Path) -> None:
+    """Handed-over CPU buffers are files in /dev/shm (memory): none may outlive the parent."""
+    child = textwrap.dedent("""
+        import torch
+        from evaluator.handover import HandoverArena
+        arena = HandoverArena(torch.device("cpu"))
+        tensor, spec = arena.new((2, 3, 3))
+        print(spec.path)
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert not Path(done.stdout.strip()).parent.exists()
