@@ -2,7 +2,8 @@
 
 The parent, around each worker (:func:`contained_stage`): its own descriptors and memory closed
 to other processes (non-dumpable), a snapshot of the project, the run's shape file and the other
-contestants' scratch directories (their compile caches), a sweep of every process the worker
+contestants' scratch directories (their compile caches, while no other qrbench run shares the
+scratch root), a sweep of every process the worker
 left behind, and no bytecode written by the parent meanwhile; after the worker is gone, planted
 bytecode and changed files in other contestants' caches are removed (both regenerate) and
 everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
@@ -12,6 +13,8 @@ the evaluator's own imports and just before the kernel's: non-dumpable itself, a
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +34,7 @@ from evaluator.sandbox import (
     worker_env,
 )
 
-__all__ = ["StageContainment", "contained_stage", "enter_worker_sandbox", "worker_env", "worker_scratch"]
+__all__ = ["StageContainment", "alone", "contained_stage", "enter_worker_sandbox", "worker_env", "worker_scratch"]
 
 
 def worker_scratch(contestant: Contestant) -> Scratch:
@@ -59,9 +62,36 @@ class StageContainment:
         return rule_message("sandbox", "; ".join(found)) if found else None
 
 
+_RUNS_LOCK = ".runs.lock"
+_held: dict[Path, int] = {}
+
+
+def alone(root: Path) -> bool:
+    """Whether this process is the only qrbench run using the scratch root ``root``.
+
+    Every run holds a shared lock on a file there for as long as it lives; asking for the lock
+    exclusively succeeds only when no other run holds it. Another run compiling into its own
+    contestant's caches would look, from here, like a worker writing into them.
+    """
+    if root not in _held:
+        root.mkdir(parents=True, exist_ok=True)
+        _held[root] = os.open(root / _RUNS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(_held[root], fcntl.LOCK_SH)
+    fd = _held[root]
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return True
+
+
 def _other_scratches(own: Scratch) -> list[Path]:
+    """The other contestants' scratch directories, while no other run may be writing them."""
     root = own.path.parent
-    return [p for p in sorted(root.iterdir()) if p.is_dir() and p != own.path] if root.is_dir() else []
+    if not alone(root):
+        return []
+    return [p for p in sorted(root.iterdir()) if p.is_dir() and p != own.path]
 
 
 @contextlib.contextmanager

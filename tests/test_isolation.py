@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from evaluator.channel import ChannelError
+from evaluator.containment import alone
 from evaluator.delivery import deliver, received
 from evaluator.handover import HandoverArena
 from evaluator.results import CaseResult
@@ -108,3 +109,24 @@ def test_the_cpu_handover_folder_goes_with_the_process(tmp_path: Path) -> None:
     """)
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
     assert not Path(done.stdout.strip()).parent.exists()
+
+
+def test_a_run_knows_when_another_shares_the_scratch_root(tmp_path: Path) -> None:
+    """Another run's compile caches change under it by right: with one alive, the other
+    contestants' scratch directories are not judged."""
+    assert alone(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(tmp_path / ".runs.lock")!r}, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        print("held", flush=True)
+        time.sleep(30)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        assert not alone(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert alone(tmp_path)
