@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from evaluator import guards
+from evaluator import guards, protocol
 from evaluator.channel import MAX_LINE_BYTES, ChannelError, Reader, Writer, new_key
 from evaluator.execution import LocalExecutor
 from evaluator.guards import Hardening, PhysicalFloor
@@ -409,3 +409,42 @@ def test_docs_table_names_every_rule_and_only_real_tests() -> None:
         source = path.read_text()
         for name in set(re.findall(rf"\b{prefix}::(\w+)", doc)):
             assert f"def {name}(" in source, f"docs/hardening.md cites {prefix}::{name}, which does not exist"
+
+
+# ---- one check for a whole repeat --------------------------------------------------------------
+
+def _repeat_outputs(count: int = 4) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    inputs = [generate_input(**CASE.with_seed(s).generator_args()) for s in range(count)]
+    return inputs, [torch.geqrf(a) for a in inputs]
+
+
+def _spoiled(output: tuple[torch.Tensor, torch.Tensor], how: str) -> object:
+    h, tau = output[0].clone(), output[1].clone()
+    if how == "nan":
+        h[0, 0, 0] = float("nan")
+    elif how == "wrong":
+        h[1] += 1e-2
+    elif how == "tau":
+        tau[0, 0] = 0.0
+    elif how == "shape":
+        return h[:1], tau
+    return h, tau
+
+
+@pytest.mark.parametrize("spoil", [None, "nan", "wrong", "tau", "shape"])
+@pytest.mark.parametrize("where", [0, 2])
+def test_one_check_of_a_repeat_decides_as_checking_each(spoil: str | None, where: int) -> None:
+    """The outputs checked together pass exactly when each passes; a failure's message is the one
+    the first failing output gets alone; the worst residuals are the largest of each's."""
+    inputs, outputs = _repeat_outputs()
+    outputs = list(outputs)
+    if spoil is not None:
+        outputs[where] = _spoiled(outputs[where], spoil)
+    together = _harness(torch.geqrf)
+    message = protocol._checked_together(together, inputs, outputs, fresh_rule=False)
+    alone = _harness(torch.geqrf)
+    each = [protocol._checked(alone, a, o, False) for a, o in zip(inputs, outputs, strict=True)]
+    assert message == next((m for m in each if m), "")
+    assert bool(message) == (spoil is not None)
+    if spoil is None:
+        assert together.worst == pytest.approx(alone.worst)
