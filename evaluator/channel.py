@@ -80,10 +80,13 @@ class Reader:
         return [self.decode(line) for line in lines]
 
     def decode(self, line: bytes) -> dict[str, Any]:
+        """One line's message. Whatever the line holds (a worker has the key, so a signed line
+        can still be hostile: nested a million deep, not an object), the parent only ever sees
+        a message dict or a :class:`ChannelError`."""
         try:
             envelope = json.loads(line)
             seq, body, mac = envelope["seq"], envelope["body"], envelope["mac"]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ChannelError(f"malformed line on the result channel: {line[:80]!r}") from exc
         if not isinstance(body, str) or not isinstance(mac, str):
             raise ChannelError("malformed envelope on the result channel")
@@ -92,4 +95,10 @@ class Reader:
         if seq != self._seq:
             raise ChannelError(f"message {seq} arrived where {self._seq} was due (replayed or dropped)")
         self._seq += 1
-        return json.loads(body)
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise ChannelError(f"a malformed message on the result channel: {body[:80]!r}") from exc
+        if not isinstance(message, dict):
+            raise ChannelError(f"a message on the result channel is not an object: {body[:80]!r}")
+        return message

@@ -42,6 +42,9 @@ from evaluator.timing import L2Flush, Measurement, synchronize
 __all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "frame"]
 
 _TAIL_BYTES = 4000
+# Messages read ahead of the parent: a hardened worker answers one command at a time, a compat
+# worker streams a case's progress; far more than that is a worker exhausting the parent's memory.
+_MAX_PENDING = 10_000
 _CALIBRATION_REPEATS = 12
 _CALIBRATION_INPUTS = 32
 # The allowance is this many times the hand-over the parent measured (its 75th percentile), plus
@@ -147,6 +150,8 @@ class WorkerLink:
                     self._pending += self._reader.feed(chunk)
                 except ChannelError as exc:
                     raise WorkerGone("fail", rule_message("result-channel", str(exc))) from None
+                if len(self._pending) > _MAX_PENDING:
+                    raise WorkerGone("fail", rule_message("result-channel", "the worker floods the channel"))
         message = self._pending.pop(0)
         if message.get("event") == "raised":
             raise KernelError(str(message.get("message", "the kernel raised")))

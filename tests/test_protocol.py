@@ -8,6 +8,8 @@ each hole without ever flagging an honest kernel.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -448,3 +450,16 @@ def test_one_check_of_a_repeat_decides_as_checking_each(spoil: str | None, where
     assert bool(message) == (spoil is not None)
     if spoil is None:
         assert together.worst == pytest.approx(alone.worst)
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, "[1, 2]", "not json"])
+def test_a_hostile_signed_line_is_a_channel_error_not_a_crash(body: str) -> None:
+    """The worker holds the key, so a line can be signed and still hostile: the parent must see
+    a ChannelError (its contestant fails), never an exception that ends the whole run."""
+    key = new_key()
+    mac = hmac.new(bytes.fromhex(key), f"0\n{body}".encode(), hashlib.sha256).hexdigest()
+    line = json.dumps({"seq": 0, "body": body, "mac": mac}).encode()
+    with pytest.raises(ChannelError):
+        Reader(key).decode(line)
+    with pytest.raises(ChannelError):
+        Reader(key).decode(b"[" * 100_000)
