@@ -63,7 +63,6 @@ class Returned:
     output: object
     problem: str | None = None
     table: str = ""
-    raw: object = field(default=None, repr=False)
     snapshot: object = field(default=None, repr=False)
 
 
@@ -102,11 +101,11 @@ class LocalExecutor:
 
     def _returned(self, output: object, given: torch.Tensor) -> Returned:
         if not self.rules:
-            return Returned(output, raw=output)
+            return Returned(output)
         problem = guards.output_type_problem(output)
         plain = guards.plain_output(output)
         problem = problem or guards.aliasing_problem((given,), plain)
-        return Returned(plain, problem, raw=output)
+        return Returned(plain, problem)
 
     def call(self, handed: Handed, index: int, profile: Profile = "") -> Returned:
         given = handed.tensors[index]

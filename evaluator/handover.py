@@ -23,6 +23,7 @@ fills a kept buffer.
 from __future__ import annotations
 
 import atexit
+import math
 import secrets
 import shutil
 import tempfile
@@ -89,9 +90,7 @@ class HandoverArena:
             from torch.multiprocessing.reductions import reduce_tensor
 
             return tensor, reduce_tensor(tensor)
-        numel = 1
-        for size in shape:
-            numel *= size
+        numel = math.prod(shape)
         path = self._cpu_folder() / secrets.token_hex(8)
         tensor = torch.from_file(str(path), shared=True, size=max(numel, 1), dtype=dtype)[:numel].view(shape)
         return tensor, _FileSpec(str(path), shape, str(dtype))
@@ -113,9 +112,7 @@ class HandoverArena:
 def attach(spec: Any) -> torch.Tensor:
     """The worker's view of a buffer the parent made with :meth:`HandoverArena.new`."""
     if isinstance(spec, _FileSpec):
-        numel = 1
-        for size in spec.shape:
-            numel *= size
+        numel = math.prod(spec.shape)
         dtype = _dtype(spec.dtype)
         return torch.from_file(spec.path, shared=True, size=max(numel, 1), dtype=dtype)[:numel].view(spec.shape)
     rebuild, args = spec

@@ -39,6 +39,7 @@ __all__ = [
     "Harness",
     "benchmark_case",
     "combine_seed",
+    "error_text",
     "run_benchmark",
     "run_leaderboard",
     "run_profile",
@@ -112,7 +113,7 @@ class BenchSettings:
     budget_s: float
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     """Exception type and text, then the innermost frames: enough to find the line. (A
     :class:`KernelError` already carries the worker's own account.)"""
     if isinstance(exc, KernelError):
@@ -150,7 +151,7 @@ def test_case(h: Harness, index: int, case: Case) -> CaseResult:
     try:
         result, _ = _single_call(h, case)
     except Exception as exc:  # noqa: BLE001 - any kernel exception is this case's failure
-        return CaseResult(index, case, "error", _error_text(exc), seeds=(case.seed,))
+        return CaseResult(index, case, "error", error_text(exc), seeds=(case.seed,))
     return CaseResult(index, case, result.status, result.message, diagnostics=result.diagnostics, seeds=(case.seed,))
 
 
@@ -350,7 +351,7 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
         if not message:
             measurements, message = _timed_repeats(h, index, inputs, handed, settings)
     except Exception as exc:  # noqa: BLE001 - any kernel exception is this case's failure
-        return CaseResult(index, case, "error", _error_text(exc), seeds=seeds)
+        return CaseResult(index, case, "error", error_text(exc), seeds=seeds)
     finally:
         if handed is not None:
             h.executor.release(handed)
@@ -414,7 +415,7 @@ def run_profile(h: Harness, shapes: ShapeSet, secret: int | None = None,
     try:
         return _single_call(h, case, "profiler" if profiler else "nvtx")
     except Exception as exc:  # noqa: BLE001
-        return CaseResult(0, case, "error", _error_text(exc), seeds=(case.seed,)), ""
+        return CaseResult(0, case, "error", error_text(exc), seeds=(case.seed,)), ""
 
 
 #: The modes that run a list of cases (profile mode runs one call: :func:`run_profile`).

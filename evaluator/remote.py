@@ -231,10 +231,10 @@ class RemoteExecutor:
             return self._calibrate()
 
     def _calibrate(self) -> Allowance:
-        null = [self._witness(None, lambda: None, deliver=False, record=False)[1] for _ in range(_CALIBRATION_REPEATS)]
+        null = [self._witness(None, lambda: None, deliver=False)[1] for _ in range(_CALIBRATION_REPEATS)]
         tiny = self.hand([torch.zeros(1, 4, 4, device=self.device)] * _CALIBRATION_INPUTS)
         try:
-            busy = [self._witness(tiny, lambda: None, deliver=True, builtin=True, record=False)[1]
+            busy = [self._witness(tiny, lambda: None, deliver=True, builtin=True)[1]
                     for _ in range(_CALIBRATION_REPEATS)]
         finally:
             self.release(tiny)
@@ -294,8 +294,7 @@ class RemoteExecutor:
         return returned
 
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
-        flushed = self.ledger.seconds["flush"]
-        reply, witness_ns = self._witness(handed, install, deliver)
+        reply, witness_ns, flush_ns = self._witness(handed, install, deliver)
         binding = _binding(handed)
         with self.ledger.timing("check"):
             outputs = self._timed_outputs(reply, binding) if deliver else []
@@ -305,9 +304,10 @@ class RemoteExecutor:
         assert self.allowance is not None, "calibrate() first"
         measurement = Measurement(_duration(reply, "elapsed_ns"), _duration(reply, "tail_ns"), witness_ns,
                                   self.allowance.of(len(handed.tensors), nbytes))
-        kernel_s = min(measurement.elapsed_ns, witness_ns) / 1e9
-        self.ledger.add("kernel", kernel_s)
-        self.ledger.add("handover", max(0.0, witness_ns / 1e9 - kernel_s - (self.ledger.seconds["flush"] - flushed)))
+        kernel_ns = min(measurement.elapsed_ns, witness_ns)
+        self.ledger.add("kernel", kernel_ns / 1e9)
+        self.ledger.add("flush", flush_ns / 1e9)
+        self.ledger.add("handover", max(0.0, witness_ns - kernel_ns - flush_ns) / 1e9)
         return measurement, outputs
 
     def _timed_outputs(self, reply: dict[str, Any], binding: _Binding) -> list[Returned]:
@@ -334,22 +334,22 @@ class RemoteExecutor:
     # -- helpers ------------------------------------------------------------------------------
 
     def _witness(self, handed: Handed | None, install: Callable[[], None], deliver: bool,
-                 builtin: bool = False, record: bool = True) -> tuple[dict[str, Any], float]:
+                 builtin: bool = False) -> tuple[dict[str, Any], float, float]:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
-        start to land (so work done ahead of the worker's clock counts) to the report.
-        ``record`` puts the flush in the ledger (calibration keeps its own account)."""
+        start to land (so work done ahead of the worker's clock counts) to the report. Returns
+        the reply, the witnessed time and the flush's share of it (ns)."""
         start = self._clock()
         install()
+        flush_ns = 0.0
         if self._flush is not None:
             flush_start = self._clock()
             self._flush()  # the parent's own flush: the worker cannot skip it
             synchronize()
-            if record:
-                self.ledger.add("flush", (self._clock() - flush_start) / 1e9)
+            flush_ns = float(self._clock() - flush_start)
         token = None if handed is None else _binding(handed).token
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
                                "rules": self.rules}, "timed")
-        return reply, float(self._clock() - start)
+        return reply, float(self._clock() - start), flush_ns
 
     def _returned(self, form: Any, buffers: tuple[torch.Tensor, torch.Tensor]) -> Returned:
         if not isinstance(form, dict):

@@ -13,6 +13,7 @@ handed to ``on_update`` at once, so callers can keep it on disk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import select
@@ -187,21 +188,16 @@ def _job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: Run
     }
 
 
+@functools.cache
 def _floor(device: torch.device) -> PhysicalFloor:
     """The device's measured ceilings, once per process (before any worker of this run)."""
-    if device not in _FLOORS:
-        _FLOORS[device] = PhysicalFloor.measure(device)
-    return _FLOORS[device]
+    return PhysicalFloor.measure(device)
 
 
+@functools.cache
 def _arena(device: torch.device) -> HandoverArena:
-    if device not in _ARENAS:
-        _ARENAS[device] = HandoverArena(device)
-    return _ARENAS[device]
-
-
-_FLOORS: dict[torch.device, PhysicalFloor] = {}
-_ARENAS: dict[torch.device, HandoverArena] = {}
+    """One hand-over allocator per device for the process: kept buffers serve every stage."""
+    return HandoverArena(device)
 
 
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,

@@ -21,7 +21,6 @@ import os
 import pickle
 import struct
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,7 +36,7 @@ from evaluator.execution import LocalExecutor, profiled
 from evaluator.guards import Hardening
 from evaluator.handover import attach
 from evaluator.modes import Mode
-from evaluator.protocol import CASE_MODES, Harness, run_profile
+from evaluator.protocol import CASE_MODES, Harness, error_text, run_profile
 from evaluator.shapes import ShapeSet
 from evaluator.timing import make_timer, synchronize
 
@@ -47,11 +46,6 @@ __all__ = ["main"]
 
 def _contestant(data: dict[str, str]) -> Contestant:
     return Contestant(data["name"], Path(data["path"]), data["sha256"])
-
-
-def _error_text(exc: BaseException) -> str:
-    tail = "".join(traceback.format_exception(exc)[-6:]).strip()
-    return f"{type(exc).__name__}: {exc}\n{tail}"
 
 
 def _builtin_kernel(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +80,7 @@ class _Server:
             except ContestantError as exc:
                 reply = {"event": "error", "message": str(exc)}
             except Exception as exc:  # noqa: BLE001 - the kernel's exception is the parent's to judge
-                reply = {"event": "raised", "message": _error_text(exc)}
+                reply = {"event": "raised", "message": error_text(exc)}
             refused = self.refusals()
             if refused:  # whatever the kernel made of the error it got, the refusal counts
                 reply = {"event": "refused", "message": refused[0], "count": len(refused)}
