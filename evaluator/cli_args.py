@@ -31,6 +31,7 @@ __all__ = [
     "UsageError",
     "add_kernelguard_option",
     "add_run_options",
+    "measurement_options",
     "pick_device",
     "precheck_text",
     "resolve_contestants",
@@ -90,6 +91,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, metavar="N", help="cap on timed repeats per case (deviates from the contest)")
     p.add_argument("--no-precheck", dest="precheck", action="store_false",
                    help="skip the contest service's submission gates (lab work; the results say so)")
+    p.add_argument("--margin-warn", type=float, default=4.0, metavar="FACTOR",
+                   help="warn when a passing kernel's worst residual is within FACTOR of a checker gate "
+                        "(gate / worst < FACTOR); 1 never warns (default: %(default)g)")
+    p.add_argument("--discard-on-throttle", action="store_true",
+                   help="leave timed repeats the GPU throttled in (NVML: power cap, thermal, HW slowdown, "
+                        "power brake) out of the stopping rule and statistics; kept in the results, marked "
+                        "(not with --compat)")
     add_kernelguard_option(p)
 
 
@@ -112,6 +120,19 @@ def timing_overrides(args: argparse.Namespace) -> dict[str, float | int]:
             raise UsageError("--repeats must be at least 1")
         overrides.update(benchmark_repeats=args.repeats, leaderboard_repeats=args.repeats)
     return overrides
+
+
+def measurement_options(args: argparse.Namespace) -> dict[str, float | bool]:
+    """``--margin-warn`` and ``--discard-on-throttle``, checked, as :class:`RunOptions` fields.
+
+    ``--discard-on-throttle`` is refused with ``--compat``: the contest's protocol keeps every repeat.
+    """
+    if not args.margin_warn >= 1:
+        raise UsageError(f"--margin-warn must be at least 1 (1 never warns), got {args.margin_warn:g}")
+    if args.discard_on_throttle and args.compat:
+        raise UsageError("--discard-on-throttle cannot be used with --compat: the contest's protocol keeps every "
+                         "repeat")
+    return {"margin_warn": args.margin_warn, "discard_on_throttle": args.discard_on_throttle}
 
 
 def resolve_contestants(refs: Sequence[str]) -> list[Contestant]:

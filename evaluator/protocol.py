@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluator import guards
+from evaluator.clocks import ClockSampler, NullSampler, RepeatLog
 from evaluator.delivery import snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
 from evaluator.guards import Hardening, PhysicalFloor
@@ -72,7 +73,9 @@ _sleep = time.sleep
 class Harness:
     """What a mode needs: where the kernel runs, how to check it, and which rules are on.
 
-    ``clock`` is the wall clock (ns) of the stopping rule, injectable for tests.
+    ``clock`` is the wall clock (ns) of the stopping rule, injectable for tests. ``sampler``
+    reads the GPU's clocks around each timed repeat; with ``discard_throttled`` a repeat the GPU
+    throttled in is left out of the stopping rule and the statistics (:mod:`evaluator.clocks`).
     """
 
     executor: Executor
@@ -82,9 +85,12 @@ class Harness:
     progress: Progress = _no_progress
     clock: Callable[[], int] = _perf_counter_ns
     ledger: Ledger = field(default_factory=Ledger)
+    sampler: ClockSampler = field(default_factory=lambda: NullSampler("no sampler given"))
+    discard_throttled: bool = False
 
     def __post_init__(self) -> None:
         self.worst: dict[str, float] = {}
+        self.clocks = RepeatLog(self.sampler, self.discard_throttled)
 
     def check(self, a: torch.Tensor, output: object) -> Verdict:
         """Check one output; passing checks also raise ``worst`` (the largest scaled residuals
@@ -292,6 +298,17 @@ def _settled(live: object, snapshot: object) -> str:
     return guards.settled_problem([s for s, _ in pairs], [v for _, v in pairs]) or ""
 
 
+def _timed_repeat(h: Harness, inputs: _Inputs, handed: Handed, recheck: bool) -> tuple[Measurement, str]:
+    """One timed repeat of the content ``inputs`` holds (installed into ``handed``), the GPU's
+    clocks read around it, and what the rules and the checker say of its outputs ('' if nothing).
+    The outputs go when it returns, before the next inputs are made, as in the contest. (A paired
+    comparison, :mod:`evaluator.paired`, times its contestants' repeats with this too.)"""
+    before = h.clocks.read()
+    measurement, returned = h.executor.timed(handed, inputs.install, deliver=recheck)
+    h.clocks.add(before, measurement.elapsed_ns / len(inputs.pristine))
+    return measurement, _repeat_problem(h, inputs, returned, recheck)
+
+
 def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
                    settings: BenchSettings) -> tuple[list[Measurement], str]:
     """Repeat: fresh inputs, one timed call per input, check; stop by the contest's rule."""
@@ -302,17 +319,15 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
     for repeat in range(settings.max_repeats):
         with h.ledger.timing("inputs"):
             inputs.refresh()
-        measurement, returned = h.executor.timed(handed, inputs.install, deliver=settings.recheck)
+        measurement, message = _timed_repeat(h, inputs, handed, settings.recheck)
         measurements.append(measurement)
-        message = _repeat_problem(h, inputs, returned, settings.recheck)
-        del returned  # checked: the outputs go now, before the next inputs are made, as in the contest
         if message:
             return measurements, message
         elapsed_s = (h.clock() - started_ns) / 1e9
         h.progress({"event": "repeat", "index": index, "repeat": repeat + 1, "elapsed_s": elapsed_s})
-        samples = [m.elapsed_ns / count for m in measurements]
+        samples = h.clocks.kept(m.elapsed_ns / count for m in measurements)  # all, unless throttled ones go
         # The contest applies its wall-clock cap where its rule applies, from the third repeat.
-        if rule.should_stop(samples, elapsed_s) or (len(samples) >= rule.min_samples and elapsed_s > WALL_CAP_S):
+        if rule.should_stop(samples, elapsed_s) or (len(measurements) >= rule.min_samples and elapsed_s > WALL_CAP_S):
             break
     return measurements, ""
 
@@ -338,6 +353,7 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     whole case; then the statistics.
     """
     h.worst = {}
+    h.clocks = RepeatLog(h.sampler, h.discard_throttled)
     measurements: list[Measurement] = []
     seeds = (case.seed,)
     handed: Handed | None = None
@@ -356,12 +372,14 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
         if handed is not None:
             h.executor.release(handed)
     count = len(inputs.pristine)
-    samples = tuple(m.elapsed_ns / count for m in measurements)
+    samples = tuple(h.clocks.kept(m.elapsed_ns / count for m in measurements))
+    clocks = tuple(h.clocks.records)
     if message:
-        return CaseResult(index, case, "fail", message, samples_ns=samples, seeds=seeds)
-    problem = _case_problem(h, case, measurements, count)
-    return CaseResult(index, case, "fail" if problem else "pass", problem or "", Stats.from_samples(samples),
-                      samples, diagnostics=dict(h.worst), seeds=seeds)
+        return CaseResult(index, case, "fail", message, samples_ns=samples, seeds=seeds, clocks=clocks)
+    problem = _case_problem(h, case, measurements, count) or h.clocks.all_discarded()
+    return CaseResult(index, case, "fail" if problem else "pass", problem or "",
+                      Stats.from_samples(samples) if samples else None, samples, diagnostics=dict(h.worst),
+                      seeds=seeds, clocks=clocks)
 
 
 def run_test(h: Harness, shapes: ShapeSet, secret: int | None = None) -> Iterator[CaseResult]:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
+from evaluator.clocks import RepeatClocks
+from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, gate_fractions, margin_warning, tightest
 from evaluator.modes import STAGES_BY_MODE
 from evaluator.precheck import Precheck
 from evaluator.shapes import Case
@@ -34,7 +36,7 @@ __all__ = [
     "write_results",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "qrbench-results"
 
 # Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
@@ -60,7 +62,13 @@ def now_iso() -> str:
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case of one stage: its verdict, and its timings when it was timed."""
+    """One case of one stage: its verdict, and its timings when it was timed.
+
+    ``samples_ns`` are the per-call times the statistics use: every timed repeat's, less those
+    discarded as throttled (``--discard-on-throttle``). ``clocks`` holds the GPU's clocks around
+    each timed repeat (discarded ones too, marked, with their times), when they could be read.
+    ``diagnostics`` holds the checker's residuals (a timed case: the worst over all its checks).
+    """
 
     index: int
     case: Case
@@ -70,6 +78,7 @@ class CaseResult:
     samples_ns: tuple[float, ...] = ()
     diagnostics: dict[str, float | int] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()
+    clocks: tuple[RepeatClocks, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -85,7 +94,9 @@ class CaseResult:
             "stats": self.stats.to_dict() if self.stats else None,
             "samples_ns": list(self.samples_ns),
             "diagnostics": self.diagnostics,
+            "margin": gate_fractions(self.diagnostics),
             "seeds": list(self.seeds),
+            "clocks": [r.to_dict() for r in self.clocks],
             "work": {"flops": self.case.flops, "min_bytes": self.case.min_bytes},
         }
 
@@ -101,6 +112,7 @@ class CaseResult:
             samples_ns=tuple(data.get("samples_ns", ())),
             diagnostics=dict(data.get("diagnostics", {})),
             seeds=tuple(data.get("seeds", ())),
+            clocks=tuple(RepeatClocks.from_dict(r) for r in data["clocks"]),
         )
 
 
@@ -172,6 +184,10 @@ class RunResult:
     """Everything one contestant's run produced, with the environment it ran in.
 
     ``precheck`` is the submission gates' verdict (None in files written before the gates existed).
+    ``params`` are the knob values a sweep timed this run with (:mod:`evaluator.axes`; empty for
+    the contestant's own plan, and in files written before sweeps).
+    ``margin_warn``: the run warns when a passing case's numerical margin on a checker gate is
+    under this factor (:mod:`evaluator.margin`).
     """
 
     contestant: dict[str, str]
@@ -186,6 +202,8 @@ class RunResult:
     started_at: str = field(default_factory=now_iso)
     evaluator_version: str = __version__
     precheck: Precheck | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    margin_warn: float = DEFAULT_MARGIN_WARN
 
     @property
     def no_stage_failed(self) -> bool:
@@ -226,6 +244,17 @@ class RunResult:
             return f"incomplete: no result for stage(s) {', '.join(self.missing_stages)}"
         return ""
 
+    @property
+    def margins(self) -> dict[str, Margin]:
+        """Per checker gate, the smallest margin over every passing case of every stage."""
+        return tightest((f"{stage.name} · {case.case.label}", case.diagnostics)
+                        for stage in self.stages for case in stage.cases if case.passed)
+
+    @property
+    def margin_warning(self) -> str | None:
+        """The warning when a gate's margin is under ``margin_warn``, else None."""
+        return margin_warning(self.margins, self.margin_warn)
+
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.name == name), None)
 
@@ -263,6 +292,9 @@ class RunResult:
             "reason": self.reason,
             "score_s": self.score_s,
             "precheck": self.precheck.to_dict() if self.precheck is not None else None,
+            "params": self.params,
+            "margin_warn": self.margin_warn,
+            "margin_warning": self.margin_warning,
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -281,6 +313,8 @@ class RunResult:
             started_at=data.get("started_at", ""),
             evaluator_version=data.get("evaluator_version", ""),
             precheck=Precheck.from_dict(data["precheck"]) if data.get("precheck") else None,
+            params=dict(data.get("params") or {}),
+            margin_warn=float(data["margin_warn"]),
         )
 
 
@@ -311,8 +345,19 @@ def write_results(path: Path, runs: list[RunResult]) -> None:
         raise
 
 
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added each case's clock readings (none before) and each run's margin warning
+    factor (the default: a version-1 run is judged as a new one would be)."""
+    for run in doc.get("runs", ()):
+        run.setdefault("margin_warn", DEFAULT_MARGIN_WARN)
+        for stage in run.get("stages", ()):
+            for case in stage.get("cases", ()):
+                case.setdefault("clocks", [])
+    return {**doc, "schema_version": 2}
+
+
 # version -> function turning a document of that version into one of the next version.
-_MIGRATIONS: dict[int, Any] = {}
+_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
 
 
 def load_results(path: Path) -> list[RunResult]:
@@ -328,10 +373,12 @@ def load_results(path: Path) -> list[RunResult]:
     version = doc.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {version!r} is newer than this qrbench ({SCHEMA_VERSION})")
-    while version < SCHEMA_VERSION:
-        doc = _MIGRATIONS[version](doc)
-        version += 1
+    if version not in _MIGRATIONS and version != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {version!r} was never written by qrbench")
     try:
+        while version < SCHEMA_VERSION:
+            doc = _MIGRATIONS[version](doc)
+            version += 1
         return [RunResult.from_dict(r) for r in doc["runs"]]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"{path}: malformed run entry: {exc!r}") from exc

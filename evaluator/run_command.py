@@ -18,6 +18,7 @@ from evaluator.cli_args import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     OutputClosed,
+    measurement_options,
     pick_device,
     precheck_text,
     resolve_contestants,
@@ -67,7 +68,7 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
     contestants = resolve_contestants(args.contestants)
     options = RunOptions(device=device, seed=args.seed, compat=args.compat,
                          profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
-                         precheck=args.precheck, kernelguard=args.kernelguard)
+                         precheck=args.precheck, kernelguard=args.kernelguard, **measurement_options(args))
     path = results_path(args, mode, shapes)
     finished: list[RunResult] = []
     latest: list[RunResult] = []  # the current contestant's run as last saved

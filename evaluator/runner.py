@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from evaluator.channel import ChannelError, new_key
+from evaluator.clocks import ClockSampler, sampler_for
 from evaluator.containment import contained_stage, worker_env, worker_scratch
 from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
@@ -36,6 +37,7 @@ from evaluator.execution import WorkerGone
 from evaluator.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.handover import HandoverArena
 from evaluator.ledger import Ledger
+from evaluator.margin import DEFAULT_MARGIN_WARN
 from evaluator.modes import SECRET_STAGE, STAGES_BY_MODE, Mode, stage_mode
 from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import CASE_MODES, Harness, combine_seed, run_profile
@@ -57,7 +59,10 @@ class RunOptions:
     """How to run: ``device`` is "cuda" or "cpu"; ``seed`` is combined into every spec seed as
     the contest's POPCORN_SEED is; ``compat`` runs the contest's exact protocol. ``precheck``
     runs the contest service's submission gates first (off only for lab work), with kernelguard
-    under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.precheck`)."""
+    under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.precheck`). ``margin_warn``:
+    warn when a passing case's numerical margin is under this factor (:mod:`evaluator.margin`);
+    ``discard_on_throttle`` leaves repeats the GPU throttled in out of the statistics
+    (:mod:`evaluator.clocks`; hardened runs only: the contest's protocol keeps every repeat)."""
 
     device: str
     seed: int | None = None
@@ -68,6 +73,14 @@ class RunOptions:
     env: dict[str, str] = field(default_factory=dict)
     precheck: bool = True
     kernelguard: str = "enforce"
+    margin_warn: float = DEFAULT_MARGIN_WARN
+    discard_on_throttle: bool = False
+
+    def __post_init__(self) -> None:
+        if self.discard_on_throttle and self.compat:
+            raise ValueError("discard_on_throttle: the contest's protocol (compat) keeps every repeat")
+        if not self.margin_warn >= 1:
+            raise ValueError(f"margin_warn must be at least 1 (1: never warn), got {self.margin_warn}")
 
     def timing_for(self, shapes: ShapeSet) -> Timing:
         """The shape set's timing settings with this run's overrides applied."""
@@ -200,6 +213,12 @@ def _arena(device: torch.device) -> HandoverArena:
     return HandoverArena(device)
 
 
+@functools.cache
+def _sampler(device: torch.device) -> ClockSampler:
+    """The device's clock sampler, once per process (NVML is opened once)."""
+    return sampler_for(device)
+
+
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
                   options: RunOptions, publish: Callable[[list[CaseResult]], None],
                   on_progress: ProgressFn | None, ledger: Ledger) -> tuple[list[CaseResult], str]:
@@ -210,7 +229,8 @@ def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, sha
     executor.load(contestant.to_dict())
     floor = _floor(device) if device.type == "cuda" else None
     progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
-    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger)
+    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger, sampler=_sampler(device),
+                      discard_throttled=options.discard_on_throttle)
     cases: list[CaseResult] = []
     if plan.mode == Mode.PROFILE:
         result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
@@ -262,6 +282,7 @@ def run_stage(
     limit_s = stage_limit_s(plan, shapes, options)
     started = time.monotonic()
     environment = fingerprint(torch.device(options.device))
+    environment["clock_sampler"] = _sampler(torch.device(options.device)).description
     key = new_key()
     scratch = worker_scratch(contestant)
     ledger = Ledger()
@@ -373,6 +394,7 @@ def new_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOpt
         stages=(),
         environment={},
         seed=options.seed,
+        margin_warn=options.margin_warn,
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 import torch
 
 from evaluator.channel import Writer
+from evaluator.clocks import sampler_for
 from evaluator.compat.utils import set_seed
 from evaluator.containment import enter_worker_sandbox
 from evaluator.contestant import Contestant, ContestantError, contest_modules, load_kernel
@@ -135,7 +136,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
         out.send({"event": "error", "message": str(exc)})
         return
     executor = LocalExecutor(kernel, make_timer(device, drain=False), rules=False)
-    harness = Harness(executor, Hardening.compat(), q_method="published",
+    harness = Harness(executor, Hardening.compat(), q_method="published", sampler=sampler_for(device),
                       progress=lambda event: out.send({"event": "progress", "progress": event}))
     mode = job["mode"]
     if mode == Mode.PROFILE:

@@ -19,6 +19,7 @@ from evaluator.cli_args import (
     REPORTS_DIR,
     UsageError,
     add_run_options,
+    measurement_options,
     pick_device,
     resolve_contestants,
     results_path,
@@ -108,7 +109,7 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     device = pick_device(args.device) if args.local else ("cuda" if args.device == "auto" else args.device)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
     options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=timing_overrides(args),
-                         precheck=args.precheck, kernelguard=args.kernelguard)
+                         precheck=args.precheck, kernelguard=args.kernelguard, **measurement_options(args))
     try:
         jobs = plan_jobs(resolve_contestants(args.contestants), args.mode, shapes, options,
                          split_secret=not args.one_container)

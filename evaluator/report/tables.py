@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
+from evaluator.clocks import ClockSummary, reason_names
 from evaluator.environment import gpu_key
 from evaluator.report.units import format_ns, format_s
 from evaluator.results import INTERRUPTED, CaseResult, RunResult, StageResult
 from evaluator.score import Standing
 
-__all__ = ["render_leaderboard", "render_run", "timing_label"]
+__all__ = ["clock_text", "render_leaderboard", "render_run", "run_clocks", "throttle_text", "timing_label"]
 
 _GREEN, _RED, _YELLOW, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[0m"
 
@@ -21,6 +22,32 @@ def timing_label(run: RunResult) -> str:
     clock = "CUDA events" if run.timer == "cuda-events" else "CPU timings (host clock)"
     protocol = "contest protocol (--compat)" if run.compat else "hardened protocol"
     return f"{gpu_key(run.environment)}, {clock}, {protocol}"
+
+
+def run_clocks(run: RunResult) -> ClockSummary | None:
+    """Every clock reading of a run's timed cases in one summary; None when none was read."""
+    return ClockSummary.of([r for stage in run.stages for case in stage.cases for r in case.clocks])
+
+
+def clock_text(summary: ClockSummary) -> str:
+    """``SM 1755-1980 MHz (median 1980), memory 3201 MHz, up to 690 W``."""
+    return (f"SM {summary.sm_min_mhz}-{summary.sm_max_mhz} MHz (median {summary.sm_median_mhz:g}), "
+            f"memory {summary.mem_median_mhz:g} MHz, up to {summary.power_max_w:.0f} W")
+
+
+def throttle_text(summary: ClockSummary) -> str:
+    """``12 of 340 repeats throttled (SW power cap), 12 discarded`` or ``no repeat throttled``."""
+    if not summary.throttled:
+        return f"none of {summary.repeats} repeats throttled"
+    text = f"{summary.throttled} of {summary.repeats} repeats throttled ({', '.join(reason_names(summary.reasons))})"
+    return text + (f", {summary.discarded} discarded" if summary.discarded else "")
+
+
+def _clocks_line(run: RunResult) -> str:
+    summary = run_clocks(run)
+    if summary is None:
+        return f"\nclocks: not read ({run.environment['clock_sampler']})" if "clock_sampler" in run.environment else ""
+    return f"\nclocks: {clock_text(summary)}; {throttle_text(summary)}"
 
 
 def _short(text: str) -> str:
@@ -52,6 +79,10 @@ def _run_verdict(run: RunResult, color: bool) -> str:
         text, paint = f"INTERRUPTED: {_short(run.reason)}", _YELLOW
     else:
         text, paint = f"FAILED: {_short(run.reason)}", _RED
+    return _paint(text, paint, color)
+
+
+def _paint(text: str, paint: str, color: bool) -> str:
     return f"{paint}{text}{_RESET}" if color else text
 
 
@@ -73,8 +104,9 @@ def _stage_rows(stage: StageResult) -> list[list[str]]:
 
 
 def render_run(run: RunResult, fmt: str = "simple", color: bool = False) -> str:
-    """One contestant's run: a line per case, the verdict and score, any profiler table, then the
-    details of its failures (whole messages, the worker's output). ``color``: for a terminal."""
+    """One contestant's run: a line per case, the verdict and score, any profiler table, the GPU's
+    clocks and any margin warning, then the details of its failures (whole messages, the worker's
+    output). ``color``: for a terminal."""
     rows = [row for stage in run.stages for row in _stage_rows(stage)]
     headers = ["stage", "case", "status", "mean ± err (runs)", "residuals (n·eps) / message"]
     table = tabulate(rows, headers=headers, tablefmt=fmt)
@@ -82,8 +114,9 @@ def render_run(run: RunResult, fmt: str = "simple", color: bool = False) -> str:
     verdict = _run_verdict(run, color)
     profiles = "".join(f"\n\n{s.name}: torch profiler, per kernel\n{s.profile_table}" for s in run.stages
                        if s.profile_table)
+    warning = f"\n{_paint(f'WARNING: {run.margin_warning}', _YELLOW, color)}" if run.margin_warning else ""
     return f"{run.contestant['name']} — {run.mode} on {run.shapes['name']}: {verdict}{score}\n" \
-           f"[{timing_label(run)}]\n{table}{profiles}{_details(run)}"
+           f"[{timing_label(run)}]\n{table}{profiles}{_clocks_line(run)}{warning}{_details(run)}"
 
 
 def render_leaderboard(standings: Sequence[Standing], fmt: str = "simple") -> str:
