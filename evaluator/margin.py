@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from reference.checker import FACTOR_RTOL_FACTOR, ORTH_RTOL_FACTOR
 
-__all__ = ["DEFAULT_MARGIN_WARN", "GATES", "Margin", "format_margin", "gate_fractions", "margin_warning",
-           "tightest"]
+__all__ = ["DEFAULT_MARGIN_WARN", "GATES", "Margin", "case_margins", "format_margin", "gate_fractions",
+           "least", "margin_warning", "tightest"]
 
 #: Gate name -> (the checker's diagnostic holding the scaled residual, the gate in n·eps).
 GATES: dict[str, tuple[str, float]] = {
@@ -47,29 +47,36 @@ class Margin:
         return self.limit / self.residual if self.residual > 0 else math.inf
 
 
-def _margins(diagnostics: Mapping[str, float | int], where: str = "") -> list[Margin]:
+def case_margins(diagnostics: Mapping[str, float | int], where: str = "") -> list[Margin]:
+    """One margin per gate whose residual the checker's diagnostics hold."""
     return [Margin(gate, float(diagnostics[key]), limit, where)
             for gate, (key, limit) in GATES.items() if key in diagnostics]
 
 
 def gate_fractions(diagnostics: Mapping[str, float | int]) -> dict[str, float]:
     """Worst residual / gate for each gate the diagnostics hold (``margin`` in a case's JSON)."""
-    return {m.gate: m.fraction for m in _margins(diagnostics)}
+    return {m.gate: m.fraction for m in case_margins(diagnostics)}
 
 
-def tightest(cases: Iterable[tuple[str, Mapping[str, float | int]]]) -> dict[str, Margin]:
-    """Per gate, the smallest margin over ``(where, diagnostics)`` pairs; gates never checked are absent."""
+def tightest(margins: Iterable[Margin]) -> dict[str, Margin]:
+    """Per gate, the smallest of these margins (the first, on a tie); gates absent from them are absent."""
     out: dict[str, Margin] = {}
-    for where, diagnostics in cases:
-        for m in _margins(diagnostics, where):
-            if m.gate not in out or m.residual > out[m.gate].residual:
-                out[m.gate] = m
+    for m in margins:
+        if m.gate not in out or m.residual > out[m.gate].residual:
+            out[m.gate] = m
     return out
 
 
+def least(margins: Mapping[str, Margin]) -> Margin | None:
+    """The gate with the least room (smallest factor), or None when there is none."""
+    return min(margins.values(), key=lambda m: m.factor, default=None)
+
+
 def format_margin(m: Margin) -> str:
-    """``25.0×`` (three significant digits), ``∞`` for a zero residual."""
-    return "∞" if math.isinf(m.factor) else f"{m.factor:#.3g}×"
+    """``2.50×``, ``200×``, ``1,250×`` (three significant digits, no exponent), ``∞`` for a zero residual."""
+    if math.isinf(m.factor):
+        return "∞"
+    return f"{m.factor:,.0f}×" if m.factor >= 999.5 else f"{m.factor:#.3g}".rstrip(".") + "×"
 
 
 def margin_warning(margins: Mapping[str, Margin], warn_below: float) -> str | None:

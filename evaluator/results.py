@@ -17,7 +17,7 @@ from typing import Any
 
 from evaluator import __version__
 from evaluator.clocks import RepeatClocks
-from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, gate_fractions, margin_warning, tightest
+from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, case_margins, gate_fractions, margin_warning, tightest
 from evaluator.modes import STAGES_BY_MODE
 from evaluator.precheck import Precheck
 from evaluator.shapes import Case
@@ -171,6 +171,12 @@ class StageResult:
             output=data.get("output", ""),
         )
 
+    @property
+    def margins(self) -> dict[str, Margin]:
+        """Per checker gate, the smallest margin over the stage's passing cases (:mod:`evaluator.margin`)."""
+        return tightest(m for case in self.cases if case.passed
+                        for m in case_margins(case.diagnostics, f"{self.name} · {case.case.label}"))
+
     def geomean_s(self) -> float | None:
         """Geometric mean of the per-case means in seconds, if every case passed and was timed."""
         means = [c.stats.mean_ns / 1e9 for c in self.cases if c.stats is not None and c.passed]
@@ -247,8 +253,7 @@ class RunResult:
     @property
     def margins(self) -> dict[str, Margin]:
         """Per checker gate, the smallest margin over every passing case of every stage."""
-        return tightest((f"{stage.name} · {case.case.label}", case.diagnostics)
-                        for stage in self.stages for case in stage.cases if case.passed)
+        return tightest(m for stage in self.stages for m in stage.margins.values())
 
     @property
     def margin_warning(self) -> str | None:
@@ -318,24 +323,27 @@ class RunResult:
         )
 
 
-def _document(runs: list[RunResult]) -> dict[str, Any]:
+def _document(runs: list[RunResult], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "written_at": now_iso(),
         "evaluator_version": __version__,
         "runs": [r.to_dict() for r in runs],
+        **(extra or {}),
     }
 
 
-def write_results(path: Path, runs: list[RunResult]) -> None:
-    """Write ``runs`` to ``path`` atomically: readers see the old file or the new, never half."""
+def write_results(path: Path, runs: list[RunResult], extra: dict[str, Any] | None = None) -> None:
+    """Write ``runs`` to ``path`` atomically: readers see the old file or the new, never half.
+    ``extra`` adds top-level sections that :func:`load_results` leaves alone (a paired
+    comparison's, :mod:`evaluator.paired_results`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for sharing
         with os.fdopen(fd, "w") as f:
-            json.dump(_document(runs), f, indent=1, allow_nan=False)
+            json.dump(_document(runs, extra), f, indent=1, allow_nan=False)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

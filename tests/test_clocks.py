@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import chain, cycle
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from evaluator.clocks import (
 from evaluator.guards import Hardening
 from evaluator.margin import DEFAULT_MARGIN_WARN
 from evaluator.protocol import BenchSettings, benchmark_case
+from evaluator.report.compare import build_report
+from evaluator.report.markdown import render_markdown
+from evaluator.report.tables import render_run
 from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
 from evaluator.runner import RunOptions
 from evaluator.shapes import Case, Timing
@@ -293,3 +297,30 @@ def test_discarding_is_refused_under_compat(capsys: pytest.CaptureFixture[str]) 
         RunOptions(device="cpu", compat=True, discard_on_throttle=True)
     assert main(["benchmark", "geqrf", "--compat", "--discard-on-throttle", "--device", "cpu"]) == 2
     assert "--discard-on-throttle cannot be used with --compat" in capsys.readouterr().err
+
+
+# Reports ------------------------------------------------------------------------------------------
+
+def test_the_report_summarises_clocks_per_case_and_says_what_discarding_did() -> None:
+    run = _run_with_clocks()
+    text = render_markdown(build_report([run]))
+    section = text.split("## Clocks")[1].split("\n## ")[0]
+    assert "use only the kept repeats" in section
+    row = next(line for line in section.splitlines() if line.startswith("| geqrf"))
+    assert "SM 1980-1980 MHz (median 1980), memory 3201 MHz, up to 600 W" in row
+    assert "2 of 5 repeats (40.0%) throttled (SW power cap), 2 discarded" in row
+    assert "| nvml " in text.split("## Environment")[1]
+    printed = render_run(run)
+    assert "clocks: SM 1980-1980 MHz (median 1980), memory 3201 MHz, up to 600 W; 2 of 5 repeats" in printed
+
+
+def test_a_gpu_run_without_readings_says_why_and_a_cpu_run_says_nothing() -> None:
+    gpu = _run_with_clocks()
+    stage = gpu.stages[0]
+    unread = replace(gpu, stages=(replace(stage, cases=tuple(replace(c, clocks=()) for c in stage.cases)),),
+                     environment={"device": "cuda", "clock_sampler": "none: NVML: Driver Not Loaded"})
+    assert "No clock readings (geqrf: none: NVML: Driver Not Loaded)." in render_markdown(build_report([unread]))
+    assert "clocks: not read (none: NVML: Driver Not Loaded)" in render_run(unread)
+    cpu = replace(unread, device="cpu", environment={"device": "cpu", "clock_sampler": "none: cpu device"})
+    assert "## Clocks" not in render_markdown(build_report([cpu]))
+    assert "clocks:" not in render_run(cpu)

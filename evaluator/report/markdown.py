@@ -1,5 +1,6 @@
 """The Markdown report: summary, per-case times and throughput, speedups with noise verdicts,
-correctness, history and the environment of every run, beside its plots.
+correctness, numerical margin, GPU clocks, history and the environment of every run, beside its
+plots.
 
 :func:`render_markdown` turns a :class:`~evaluator.report.compare.Report` into text;
 :func:`write_report` draws the plots and writes both into one folder.
@@ -12,11 +13,13 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from evaluator.clocks import ClockSummary
 from evaluator.environment import gpu_key
 from evaluator.ledger import ACTIVITIES
+from evaluator.margin import Margin, format_margin, least
 from evaluator.report import plots
 from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label, shortened
-from evaluator.report.tables import timing_label
+from evaluator.report.tables import clock_text, throttle_text, timing_label
 from evaluator.report.units import format_interval, format_ns, format_ratio, format_s
 from evaluator.results import CaseResult, RunResult, now_iso
 
@@ -32,6 +35,7 @@ def _table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
 
 
 SHORTENED_MARK = "†"
+WARN_MARK = "⚠"
 SHORTENED_NOTE = (f"{SHORTENED_MARK} shortened timed passes: fewer repeats or a shorter budget than the contest's "
                   "(`--budget`, `--repeats` or the shape file's `timing`), so not contest figures.")
 
@@ -73,16 +77,27 @@ def _verdict_counts(entry: Entry) -> str:
     return " / ".join(str(entry.count(v)) for v in (FASTER, SLOWER, SAME))
 
 
+def _margin_cell(run: RunResult) -> str:
+    """``8.33× (orthogonality)``, the gate with the least room, marked when under the run's warning factor."""
+    m = least(run.margins)
+    if m is None:
+        return "-"
+    return f"{format_margin(m)} ({m.gate})" + (f" {WARN_MARK}" if m.factor < run.margin_warn else "")
+
+
 def _summary(report: Report) -> str:
     rows = []
     for e in report.entries:
         status = "pass" if e.run.passed else f"**{e.run.status}**"
         score = format_s(e.run.score_s) + (f" {SHORTENED_MARK}" if shortened(e.run) else "")
-        rows.append([e.label, e.shapes, e.run.mode, status, score, format_ratio(e.speedup), _verdict_counts(e)])
+        rows.append([e.label, e.shapes, e.run.mode, status, score, format_ratio(e.speedup), _verdict_counts(e),
+                     _margin_cell(e.run)])
     headers = ["contestant", "shapes", "mode", "status", "score (geomean)", "speedup over baseline",
-               "faster / slower / same"]
+               "faster / slower / same", "tightest margin"]
     notes = [SHORTENED_NOTE] if any(shortened(e.run) for e in report.entries) else []
-    return "\n\n".join([_table(rows, headers), *notes, *report.notes])
+    warnings = [f"{WARN_MARK} {e.label} ({e.run.mode}): {e.run.margin_warning}." for e in report.entries
+                if e.run.margin_warning]
+    return "\n\n".join([_table(rows, headers), *notes, *warnings, *report.notes])
 
 
 def _speedup_text(comparison: Comparison | None) -> str:
@@ -128,6 +143,58 @@ def _failures(report: Report) -> str:
     return _table(rows, ["contestant", "case", "status", "message"])
 
 
+MARGIN_TEXT = (
+    "The checker passes an output whose scaled factor residual is at most 20 and whose scaled orthogonality "
+    "residual is at most 100 (units of n·eps). The margin is gate / worst residual: how many times over the worst "
+    "residual of any check of a passing case (every timed repeat's outputs included) could grow and still pass. "
+    "A run warns when a margin is under its `--margin-warn` factor (recorded with the run, default 4×): such a "
+    "kernel passes here, and may fail on inputs it has not met."
+)
+
+
+def _margin_pair(m: Margin | None) -> list[str]:
+    return ["-", "-"] if m is None else [f"{m.residual:.3g} ({format_margin(m)})", m.where]
+
+
+def _margins(entries: Sequence[Entry]) -> str:
+    """Per run and stage: each gate's worst residual, its margin and where it was seen."""
+    rows = []
+    for e in entries:
+        for stage in e.run.stages:
+            margins = stage.margins
+            if margins:
+                rows.append([e.label, stage.name, *_margin_pair(margins.get("factor")),
+                             *_margin_pair(margins.get("orthogonality"))])
+    return _table(rows, ["contestant", "stage", "factor: worst (margin)", "where", "orthogonality: worst (margin)",
+                         "where"]) if rows else ""
+
+
+CLOCKS_TEXT = (
+    "The GPU's clocks, power and NVML throttle reasons, read just before and just after every timed repeat. "
+    "A repeat is *throttled* when either reading names a reason that holds the GPU below its clock: SW power cap, "
+    "HW slowdown, SW or HW thermal slowdown, HW power brake (an idle GPU or set application clocks are not). A "
+    "throttle that starts and ends inside a repeat is not seen. With `--discard-on-throttle` the throttled "
+    "repeats are *discarded*: kept in the results, marked, but the stopping rule and every statistic here use "
+    "only the kept repeats."
+)
+
+
+def _clocks(entries: Sequence[Entry]) -> str:
+    """Per timed case: repeats read, SM clock range and median, memory clock, peak power, throttling."""
+    rows = []
+    for e in entries:
+        for stage in e.run.stages:
+            for case in stage.cases:
+                summary = ClockSummary.of(case.clocks)
+                if summary is not None:
+                    rows.append([e.label, stage.name, case.case.label, clock_text(summary), throttle_text(summary)])
+    if rows:
+        return f"{CLOCKS_TEXT}\n\n{_table(rows, ['contestant', 'stage', 'case', 'clocks', 'throttling'])}"
+    why = [f"{e.label}: {e.run.environment.get('clock_sampler', 'run before clocks were read')}"
+           for e in entries if e.cases and e.run.device == "cuda"]
+    return f"No clock readings ({'; '.join(why)})." if why else ""
+
+
 def _commit(env: Mapping[str, object]) -> str:
     commit = str(env.get("git_commit") or "")[:10]
     return commit + (" (dirty)" if commit and env.get("git_dirty") else "") if commit else "-"
@@ -135,8 +202,9 @@ def _commit(env: Mapping[str, object]) -> str:
 
 def _history(history: Sequence[RunResult]) -> str:
     rows = [[r.started_at or "-", run_label(r), r.shapes.get("name", "?"), gpu_key(r.environment),
-             format_s(r.score_s), r.status, _commit(r.environment)] for r in history]
-    return _table(rows, ["started", "contestant", "shapes", "device", "score", "status", "qrbench commit"])
+             format_s(r.score_s), _margin_cell(r), r.status, _commit(r.environment)] for r in history]
+    return _table(rows, ["started", "contestant", "shapes", "device", "score", "tightest margin", "status",
+                         "qrbench commit"])
 
 
 def _environment(runs: Sequence[RunResult]) -> str:
@@ -148,10 +216,10 @@ def _environment(runs: Sequence[RunResult]) -> str:
         env = r.environment
         clocks = f"{env['sm_clock_mhz']}/{env['sm_clock_max_mhz']} MHz" if "sm_clock_mhz" in env else "-"
         rows.append([run_label(r), r.started_at or "-", timing_label(r), version(env, "driver_version"), clocks,
-                     version(env, "torch"), version(env, "cuda"), version(env, "triton"), version(env, "python"),
-                     _commit(env), env.get("hostname", "-")])
-    headers = ["contestant", "started", "measured on", "driver", "SM clock (now/max)", "torch", "CUDA", "triton",
-               "python", "qrbench commit", "host"]
+                     version(env, "clock_sampler"), version(env, "torch"), version(env, "cuda"), version(env, "triton"),
+                     version(env, "python"), _commit(env), env.get("hostname", "-")])
+    headers = ["contestant", "started", "measured on", "driver", "SM clock (now/max)", "clocks read from", "torch",
+               "CUDA", "triton", "python", "qrbench commit", "host"]
     return _table(rows, headers)
 
 
@@ -167,7 +235,8 @@ def _time_spent(entries: Sequence[Entry]) -> str:
 
 def render_markdown(report: Report, images: Mapping[str, Path] | None = None) -> str:
     """The report as Markdown; ``images`` maps plot names (``times-<shapes>-<mode>``,
-    ``speedup-<shapes>-<mode>``, ``history``) to files, linked relative to the report's folder."""
+    ``speedup-<shapes>-<mode>``, ``history``, ``margin-history``) to files, linked relative to the
+    report's folder."""
     images = images or {}
 
     def image(name: str, alt: str) -> list[str]:
@@ -191,11 +260,16 @@ def render_markdown(report: Report, images: Mapping[str, Path] | None = None) ->
             out += [f"### Against the baseline: {title}", "", _baseline_table(entries), "",
                     *image(f"speedup-{group}", f"speedup over the baseline, {title}")]
     out += ["## Correctness", "", _failures(report), ""]
+    if margins := _margins(report.entries):
+        out += ["## Numerical margin", "", MARGIN_TEXT, "", margins, ""]
+    if clocks := _clocks(report.entries):
+        out += ["## Clocks", "", clocks, ""]
     if spent := _time_spent(report.entries):
         out += ["## Where the time went", "", "Each stage's wall time by activity (`breakdown_s` in the results; "
                 "`kernel` is the timed repeats as reported, `handover` the rest of what the parent witnessed of "
                 "them).", "", spent, ""]
-    out += ["## History", "", _history(report.history), "", *image("history", "history of scores")]
+    out += ["## History", "", _history(report.history), "", *image("history", "history of scores"),
+            *image("margin-history", "history of the tightest numerical margin")]
     out += ["## Environment", "", _environment([e.run for e in report.entries]), ""]
     return "\n".join(out)
 
@@ -212,6 +286,8 @@ def write_report(report: Report, out_dir: Path) -> Path:
             images[name] = plots.render_speedups(entries, report.baseline_text, out_dir / f"{name}.png")
     if sum(1 for r in report.history if r.score_s is not None) >= 2:
         images["history"] = plots.render_history(report.history, out_dir / "history.png")
+    if sum(1 for r in report.history if r.margins) >= 2:
+        images["margin-history"] = plots.render_margin_history(report.history, out_dir / "margin-history.png")
     path = out_dir / REPORT_FILE
     path.write_text(render_markdown(report, images))
     return path

@@ -6,6 +6,7 @@ print at its foot, where the figures were measured (GPU or CPU, clock, protocol)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -15,12 +16,13 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from evaluator.margin import least
 from evaluator.report.compare import SAME, Entry, run_label
 from evaluator.report.tables import timing_label
 from evaluator.report.units import ns_unit
 from evaluator.results import RunResult
 
-__all__ = ["render_case_times", "render_history", "render_speedups"]
+__all__ = ["render_case_times", "render_history", "render_margin_history", "render_speedups"]
 
 _DPI = 120
 
@@ -125,6 +127,32 @@ def render_history(history: Sequence[RunResult], path: Path) -> Path:
     _log_y(ax)
     ax.set_ylabel(f"score: geometric mean ({unit}, log)")
     ax.set_title("History of scores")
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
+    return _save(fig, history, path)
+
+
+def render_margin_history(history: Sequence[RunResult], path: Path) -> Path:
+    """Each run's tightest numerical margin (gate / worst residual, :mod:`evaluator.margin`) over
+    time, per contestant and shape set, with the runs' warning factors as dashed lines."""
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for run in history:
+        points = series.setdefault(f"{run_label(run)} · {run.shapes.get('name')}", [])
+        m = least(run.margins)
+        if m is not None and math.isfinite(m.factor) and run.started_at:
+            points.append((datetime.fromisoformat(run.started_at), m.factor))
+    fig = _figure(len(history))
+    ax = fig.add_subplot()
+    for name, points in series.items():
+        if points:
+            ax.plot([t for t, _ in points], [f for _, f in points], "o-", label=name)
+    for warn in sorted({run.margin_warn for run in history if run.margins}):
+        ax.axhline(warn, color="0.4", linestyle="--", linewidth=0.8)
+        ax.annotate(f"warn below {warn:g}×", (0.01, warn), xycoords=("axes fraction", "data"), fontsize=7,
+                    color="0.35", va="bottom")
+    _log_y(ax)
+    ax.set_ylabel("tightest margin: gate / worst residual (×, log)")
+    ax.set_title("History of the numerical margin")
     ax.legend(fontsize=8)
     fig.autofmt_xdate()
     return _save(fig, history, path)

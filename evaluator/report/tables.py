@@ -12,7 +12,7 @@ from evaluator.report.units import format_ns, format_s
 from evaluator.results import INTERRUPTED, CaseResult, RunResult, StageResult
 from evaluator.score import Standing
 
-__all__ = ["clock_text", "render_leaderboard", "render_run", "run_clocks", "throttle_text", "timing_label"]
+__all__ = ["clock_text", "render_leaderboard", "render_run", "throttle_text", "timing_label"]
 
 _GREEN, _RED, _YELLOW, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[0m"
 
@@ -24,7 +24,7 @@ def timing_label(run: RunResult) -> str:
     return f"{gpu_key(run.environment)}, {clock}, {protocol}"
 
 
-def run_clocks(run: RunResult) -> ClockSummary | None:
+def _run_clocks(run: RunResult) -> ClockSummary | None:
     """Every clock reading of a run's timed cases in one summary; None when none was read."""
     return ClockSummary.of([r for stage in run.stages for case in stage.cases for r in case.clocks])
 
@@ -36,17 +36,19 @@ def clock_text(summary: ClockSummary) -> str:
 
 
 def throttle_text(summary: ClockSummary) -> str:
-    """``12 of 340 repeats throttled (SW power cap), 12 discarded`` or ``no repeat throttled``."""
+    """``12 of 340 repeats (3.5%) throttled (SW power cap), 12 discarded`` or ``none of 340 repeats throttled``."""
     if not summary.throttled:
         return f"none of {summary.repeats} repeats throttled"
-    text = f"{summary.throttled} of {summary.repeats} repeats throttled ({', '.join(reason_names(summary.reasons))})"
+    text = (f"{summary.throttled} of {summary.repeats} repeats ({summary.throttled_share:.1%}) throttled "
+            f"({', '.join(reason_names(summary.reasons))})")
     return text + (f", {summary.discarded} discarded" if summary.discarded else "")
 
 
 def _clocks_line(run: RunResult) -> str:
-    summary = run_clocks(run)
-    if summary is None:
-        return f"\nclocks: not read ({run.environment['clock_sampler']})" if "clock_sampler" in run.environment else ""
+    summary = _run_clocks(run)
+    if summary is None:  # on a GPU, say why; a CPU has no clocks to read
+        why = run.environment.get("clock_sampler")
+        return f"\nclocks: not read ({why})" if run.device == "cuda" and why else ""
     return f"\nclocks: {clock_text(summary)}; {throttle_text(summary)}"
 
 
