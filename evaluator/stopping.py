@@ -7,13 +7,15 @@ functions of their inputs, so they are tested on made-up sample lists.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from evaluator.stats import Stats
 
-__all__ = ["ContestRule", "StoppingRule"]
+__all__ = ["BlockRule", "ContestRule", "StoppingRule"]
 
 
 class StoppingRule(Protocol):
@@ -38,3 +40,28 @@ class ContestRule:
             return False
         stats = Stats.from_samples(samples_ns)
         return stats.rel_err < self.err_rel or stats.mean_ns * stats.runs > self.budget_s * 1e9
+
+
+@dataclass(frozen=True)
+class BlockRule:
+    """When a paired comparison (:mod:`evaluator.paired`) has timed a case in enough blocks: once
+    every candidate has at least ``min_blocks`` blocks and the standard error of its mean log time
+    ratio to the baseline (about the relative error of the ratio) is under ``err_rel``.
+
+    The contest's rule judges one kernel's samples; this one judges what a comparison reports, the
+    per-block ratios, in which drift shared by a block has cancelled. The loop owns the caps (a
+    block count and a wall-clock budget per case)."""
+
+    err_rel: float = 1e-3
+    min_blocks: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.err_rel > 0:
+            raise ValueError(f"err_rel must be positive, got {self.err_rel}")
+        if self.min_blocks < 2:
+            raise ValueError(f"min_blocks must be at least 2, got {self.min_blocks}")
+
+    def should_stop(self, log_ratios: Sequence[Sequence[float]]) -> bool:
+        """``log_ratios``: per candidate, log(candidate time / baseline time) of each block so far."""
+        return all(len(r) >= self.min_blocks and statistics.stdev(r) / math.sqrt(len(r)) < self.err_rel
+                   for r in log_ratios)
