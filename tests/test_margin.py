@@ -19,7 +19,7 @@ from evaluator.protocol import BenchSettings, benchmark_case
 from evaluator.report.compare import build_report
 from evaluator.report.markdown import render_markdown, write_report
 from evaluator.report.tables import render_run
-from evaluator.results import CaseResult, RunResult, StageResult
+from evaluator.results import CaseResult, RunResult, StageResult, write_results
 from evaluator.runner import RunOptions, new_run
 from evaluator.shapes import Case, Timing, resolve_shapes
 from reference.checker import verdict
@@ -159,3 +159,9 @@ def test_the_report_shows_margins_warns_and_plots_their_history(tmp_path: Path) 
     path = write_report(report, tmp_path)
     assert (tmp_path / "margin-history.png").read_bytes().startswith(PNG)
     assert "margin-history.png" in path.read_text()
+
+
+def test_the_report_command_prints_margin_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_results(tmp_path / "r.json", [_margin_run(8.0)])
+    assert main(["report", str(tmp_path / "r.json"), "--out", str(tmp_path / "report")]) == 0
+    assert f"qrbench: WARNING: kernel (benchmark): {_margin_run(8.0).margin_warning}" in capsys.readouterr().err

@@ -51,7 +51,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if report.nothing_compared:  # asked for speedups, would get a report of dashes
         raise UsageError(f"--baseline {args.baseline}: nothing to compare: {report.nothing_compared}")
-    for warning in ([report.warning] if report.warning else []) + list(report.notes):
+    margins = [f"{e.label} ({e.run.mode}): {e.run.margin_warning}" for e in report.entries if e.run.margin_warning]
+    for warning in ([report.warning] if report.warning else []) + list(report.notes) + margins:
         print(f"qrbench: WARNING: {warning}", file=sys.stderr)
     print(f"report: {write_report(report, args.out)}")
     return 0
