@@ -1,5 +1,6 @@
 """``qrbench test|benchmark|leaderboard|profile|rank``: run contestants one after another, keep every
-finished case on disk, show progress, print each run and a summary.
+finished case on disk, show progress, print each run and a summary. The ranking flow
+(:func:`rank_with`) is also ``qrbench modal rank``'s, with the runs dispatched to containers.
 
 Imported only when one of these commands runs (it brings torch), so ``qrbench --help`` stays fast.
 A Ctrl-C (or a reader of the output that went away) saves the run as interrupted and stops.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evaluator.cli_args import (
@@ -25,6 +27,7 @@ from evaluator.cli_args import (
     results_path,
     timing_overrides,
 )
+from evaluator.contestant import Contestant
 from evaluator.modes import Mode, stage_mode
 from evaluator.progress import feedback, use_color
 from evaluator.report.leaderboard import write_leaderboard
@@ -32,9 +35,10 @@ from evaluator.report.tables import render_leaderboard, render_run
 from evaluator.results import INCOMPLETE, INTERRUPTED, RUNNING, RunResult, StageResult, write_results
 from evaluator.runner import RunOptions, new_run, run_contestant
 from evaluator.score import rank
-from evaluator.shapes import resolve_shapes
+from evaluator.shapes import ShapeSet, resolve_shapes
 
-__all__ = ["cmd_rank", "cmd_run", "interrupted", "summary"]
+__all__ = ["Dispatch", "Setup", "cmd_rank", "cmd_run", "interrupted", "rank_with", "run_here", "run_options", "setup",
+           "stopped", "summary"]
 
 
 def interrupted(run: RunResult) -> RunResult:
@@ -58,18 +62,41 @@ def summary(runs: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path, KeyboardInterrupt | None]:
-    """Run every contestant in turn, rewriting the results file after each finished case; the
-    interrupt that stopped the runs early, if one did."""
-    device = pick_device(args.device)
+@dataclass(frozen=True)
+class Setup:
+    """What a run command resolves from its arguments before anything runs."""
+
+    mode: str
+    shapes: ShapeSet
+    contestants: list[Contestant]
+    options: RunOptions
+
+
+def run_options(args: argparse.Namespace, device: str) -> RunOptions:
+    """The :class:`RunOptions` the shared run options (:func:`~evaluator.cli_args.add_run_options`) ask for."""
+    return RunOptions(device=device, seed=args.seed, compat=args.compat,
+                      profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
+                      precheck=args.precheck, kernelguard=args.kernelguard, **measurement_options(args))
+
+
+def setup(args: argparse.Namespace, mode: str, device: str) -> Setup:
+    """The shape set (qr_v2 on CUDA, smoke on the CPU unless ``--shapes``), the contestants (all of
+    ``contestants/`` unless named) and the options; a CPU run of a set without timing is noted."""
     shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
     if note := shapes.timing_note(device):
         print(note, file=sys.stderr)
-    contestants = resolve_contestants(args.contestants)
-    options = RunOptions(device=device, seed=args.seed, compat=args.compat,
-                         profiler=getattr(args, "profiler", False), timing=timing_overrides(args),
-                         precheck=args.precheck, kernelguard=args.kernelguard, **measurement_options(args))
-    path = results_path(args, mode, shapes)
+    return Setup(mode, shapes, resolve_contestants(args.contestants), run_options(args, device))
+
+
+# Where runs come from: every contestant's run, each saved into the results file as it finishes,
+# and the interrupt that stopped them early, if one did.
+Dispatch = Callable[[Setup, Path], tuple[list[RunResult], KeyboardInterrupt | None]]
+
+
+def run_here(plan: Setup, path: Path) -> tuple[list[RunResult], KeyboardInterrupt | None]:
+    """Run every contestant in turn in this process tree, rewriting the results file after each
+    finished case, with progress on stderr and each run printed as it ends."""
+    mode, shapes, options = plan.mode, plan.shapes, plan.options
     finished: list[RunResult] = []
     latest: list[RunResult] = []  # the current contestant's run as last saved
     shown = feedback()
@@ -79,7 +106,7 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
         write_results(path, [*finished, current])
         shown.update(current)
 
-    for contestant in contestants:
+    for contestant in plan.contestants:
         shown.start(contestant.name)
         latest.clear()
         try:
@@ -89,41 +116,54 @@ def _run_all(args: argparse.Namespace, mode: str) -> tuple[list[RunResult], Path
             write_results(path, finished)
             with contextlib.suppress(OutputClosed):
                 shown.done(finished[-1])
-            return finished, path, stop
+            return finished, stop
         finished.append(run)
         write_results(path, finished)
         shown.done(run)
         if run.precheck is not None and run.precheck.passed and run.precheck.findings:
             print(precheck_text(run.precheck), flush=True)
         print(render_run(run, color=use_color(sys.stdout)), end="\n\n", flush=True)
-    return finished, path, None
+    return finished, None
 
 
-def _stopped(stop: KeyboardInterrupt, path: Path) -> int:
+def stopped(stop: KeyboardInterrupt, path: Path) -> int:
+    """The exit of a command the user stopped: say where what was measured is (a reader that went
+    away is re-raised: the CLI's entry exits quietly)."""
     if isinstance(stop, OutputClosed):
-        raise stop  # the CLI's entry exits quietly
+        raise stop
     print(f"\nqrbench: interrupted; what was measured is in {path}", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    runs, path, stop = _run_all(args, args.command)
+    plan = setup(args, args.command, pick_device(args.device))
+    path = results_path(args, plan.mode, plan.shapes)
+    runs, stop = run_here(plan, path)
     if stop is not None:
-        return _stopped(stop, path)
+        return stopped(stop, path)
     if len(runs) > 1:
         print(summary(runs))
     print(f"results: {path}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
 
 
-def cmd_rank(args: argparse.Namespace) -> int:
-    runs, path, stop = _run_all(args, Mode.LEADERBOARD)
+def rank_with(args: argparse.Namespace, plan: Setup, dispatch: Dispatch) -> int:
+    """The one ranking flow, whoever runs the runs (this machine: :func:`run_here`; Modal:
+    ``qrbench modal rank``): the results file, the leaderboard on stdout, a summary, and in
+    leaderboard mode the leaderboard page under ``--out``."""
+    path = results_path(args, plan.mode, plan.shapes)
+    runs, stop = dispatch(plan, path)
     if stop is not None:
-        return _stopped(stop, path)
+        return stopped(stop, path)
     standings = rank(runs)
     print(render_leaderboard(standings))
     if len(runs) > 1:
         print(summary(runs))
     print(f"results: {path}")
-    print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out, force=args.force)}")
+    if plan.mode == Mode.LEADERBOARD:
+        print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out, force=args.force)}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    return rank_with(args, setup(args, Mode.LEADERBOARD, pick_device(args.device)), run_here)

@@ -1,9 +1,10 @@
 """``qrbench modal rank``: the ranking of ``qrbench rank``, its runs fanned out over cloud GPUs.
 
-A thin door: parse, plan the jobs (:mod:`evaluator.cloud.jobs`), print the plan and its bill
-(``--dry-run``) or run them (:func:`evaluator.cloud.dispatch.run_ranking`) on Modal or, with
-``--local``, in this process; then write the same results file and leaderboard as a local
-ranking. Only a Modal run imports modal (:mod:`evaluator.cloud.modal_app`).
+A thin door onto the one ranking flow (:func:`evaluator.run_command.rank_with`) with another
+dispatch: plan the jobs (:mod:`evaluator.cloud.jobs`), print the plan and its bill (``--dry-run``)
+or run them (:func:`evaluator.cloud.dispatch.run_ranking`) on Modal or, with ``--local``, in this
+process; the flow then writes the same results file and leaderboard as ``qrbench rank``. Only a
+Modal run imports modal (:mod:`evaluator.cloud.modal_app`).
 """
 
 from __future__ import annotations
@@ -13,31 +14,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from evaluator.cli_args import (
-    EXIT_FAILED,
-    EXIT_OK,
-    REPORTS_DIR,
-    UsageError,
-    add_run_options,
-    measurement_options,
-    pick_device,
-    resolve_contestants,
-    results_path,
-    timing_overrides,
-)
+from evaluator.cli_args import EXIT_OK, REPORTS_DIR, UsageError, add_run_options, pick_device
 from evaluator.cloud import container
 from evaluator.cloud.dispatch import Dispatcher, DispatchError, LocalDispatcher, run_ranking
 from evaluator.cloud.dryrun import render_plan
-from evaluator.cloud.jobs import plan_jobs
+from evaluator.cloud.jobs import Job, plan_jobs
 from evaluator.cloud.pricing import container_price
 from evaluator.contestant import ContestantError
 from evaluator.modes import Mode
-from evaluator.report.leaderboard import write_leaderboard
-from evaluator.report.tables import render_leaderboard, render_run
+from evaluator.report.tables import render_run
 from evaluator.results import RunResult, write_results
-from evaluator.runner import RunOptions
-from evaluator.score import rank
-from evaluator.shapes import resolve_shapes
+from evaluator.run_command import Dispatch, Setup, rank_with, setup
 
 __all__ = ["register"]
 
@@ -104,38 +91,38 @@ def _dispatcher(args: argparse.Namespace) -> Dispatcher:
     return ModalDispatcher(args.gpu, args.parallel, show_output=sys.stderr.isatty())
 
 
+def _on_modal(args: argparse.Namespace, jobs: list[Job]) -> Dispatch:
+    """The ranking's runs from the jobs' containers (or, with ``--local``, the same job bodies in
+    this process), each contestant's saved and printed as its last job ends."""
+
+    def dispatch(plan: Setup, path: Path) -> tuple[list[RunResult], KeyboardInterrupt | None]:
+        finished: dict[int, RunResult] = {}
+
+        def save(index: int, run: RunResult) -> None:
+            finished[index] = run
+            write_results(path, [finished[i] for i in sorted(finished)])
+            print(render_run(run), end="\n\n", flush=True)
+
+        try:
+            runs = run_ranking(jobs, _dispatcher(args), attempts=args.attempts, progress=_stderr_lines(always=False),
+                               warn=_stderr_lines(always=True), on_run=save)
+        except DispatchError as exc:
+            raise UsageError(str(exc)) from exc
+        return runs, None
+
+    return dispatch
+
+
 def _cmd_rank(args: argparse.Namespace) -> int:
     _check(args)
     device = pick_device(args.device) if args.local else ("cuda" if args.device == "auto" else args.device)
-    shapes = resolve_shapes(args.shapes or ("qr_v2" if device == "cuda" else "smoke"))
-    options = RunOptions(device=device, seed=args.seed, compat=args.compat, timing=timing_overrides(args),
-                         precheck=args.precheck, kernelguard=args.kernelguard, **measurement_options(args))
+    plan = setup(args, args.mode, device)
     try:
-        jobs = plan_jobs(resolve_contestants(args.contestants), args.mode, shapes, options,
-                         split_secret=not args.one_container)
+        jobs = plan_jobs(plan.contestants, plan.mode, plan.shapes, plan.options, split_secret=not args.one_container)
     except ContestantError as exc:
         raise UsageError(str(exc)) from exc
     if args.dry_run:
         gpu = None if args.local else args.gpu
         print(render_plan(jobs, gpu, None if gpu is None else container_price(gpu, args.gpu_price)))
         return EXIT_OK
-
-    path = results_path(args, args.mode, shapes)
-    finished: dict[int, RunResult] = {}
-
-    def save(index: int, run: RunResult) -> None:
-        finished[index] = run
-        write_results(path, [finished[i] for i in sorted(finished)])
-        print(render_run(run), end="\n\n", flush=True)
-
-    try:
-        runs = run_ranking(jobs, _dispatcher(args), attempts=args.attempts, progress=_stderr_lines(always=False),
-                           warn=_stderr_lines(always=True), on_run=save)
-    except DispatchError as exc:
-        raise UsageError(str(exc)) from exc
-    standings = rank(runs)
-    print(render_leaderboard(standings))
-    print(f"results: {path}")
-    if args.mode == Mode.LEADERBOARD:
-        print(f"leaderboard: {write_leaderboard(runs, standings, path, args.out, force=args.force)}")
-    return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+    return rank_with(args, plan, _on_modal(args, jobs))
