@@ -45,6 +45,7 @@ __all__ = ["main"]
 _DEFERRED = {
     "report": ("evaluator.report.command", "Markdown report and PNG plots from results files"),
     "modal": ("evaluator.cloud.command", "run rankings on Modal cloud GPUs (B200 by default)"),
+    "sweep": ("evaluator.sweep_command", "time a kernel's knobs (its PLAN_AXES) over a grid of variants"),
 }
 
 

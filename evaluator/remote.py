@@ -264,6 +264,17 @@ class RemoteExecutor:
         with self.ledger.timing("load"):
             self.link.ask({"op": "load", "contestant": contestant}, "loaded")
 
+    def axes(self) -> dict[str, Any]:
+        """The loaded kernel's plan axes, or the ``problem`` with them, as the worker reads them
+        (:func:`evaluator.axes.axes_reply`): data for the parent to check, never trusted as code."""
+        return self.link.ask({"op": "axes"}, "axes")
+
+    def configure(self, params: dict[str, Any]) -> None:
+        """Set the kernel's knobs for the calls that follow (a sweep's next variant); a
+        ``configure`` that raises comes back as :class:`KernelError`."""
+        with self.ledger.timing("load"):
+            self.link.ask({"op": "configure", "params": params}, "configured")
+
     # -- the Executor interface ---------------------------------------------------------------
 
     def hand(self, tensors: Sequence[torch.Tensor]) -> Handed:

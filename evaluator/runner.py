@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ _REPO = Path(__file__).resolve().parents[1]
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 UpdateFn = Callable[[RunResult], None]
+# What a hardened stage times instead of its mode's cases (a sweep's variants, one after another).
+CaseSource = Callable[[Harness, RemoteExecutor], Iterator[CaseResult]]
 
 
 @dataclass(frozen=True)
@@ -221,8 +223,9 @@ def _sampler(device: torch.device) -> ClockSampler:
 
 def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
                   options: RunOptions, publish: Callable[[list[CaseResult]], None],
-                  on_progress: ProgressFn | None, ledger: Ledger) -> tuple[list[CaseResult], str]:
-    """The hardened stage: the parent runs the mode, the worker only runs the kernel."""
+                  on_progress: ProgressFn | None, ledger: Ledger,
+                  cases_of: CaseSource | None = None) -> tuple[list[CaseResult], str]:
+    """The hardened stage: the parent runs the mode (or ``cases_of``), the worker only runs the kernel."""
     device = torch.device(options.device)
     executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()
@@ -237,7 +240,8 @@ def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, sha
         cases.append(result)
         publish(cases)
         return cases, table
-    for result in CASE_MODES[plan.mode](harness, shapes, plan.secret):
+    source = cases_of(harness, executor) if cases_of else CASE_MODES[plan.mode](harness, shapes, plan.secret)
+    for result in source:
         cases.append(result)
         publish(cases)
     return cases, ""
@@ -270,14 +274,18 @@ def run_stage(
     options: RunOptions,
     on_case: Callable[[StageResult], None] | None = None,
     on_progress: ProgressFn | None = None,
+    cases_of: CaseSource | None = None,
 ) -> tuple[StageResult, dict[str, Any]]:
     """Run one stage in a fresh, contained worker; return the stage and the environment.
 
     Hardened, the parent runs the mode itself against a worker that holds only the kernel
     (:mod:`evaluator.remote`); with ``--compat`` the worker runs the mode, as the contest's does.
     Either way the worker's leftover processes are killed afterwards and what it wrote into the
-    project is undone and named (:mod:`evaluator.sandbox`).
+    project is undone and named (:mod:`evaluator.sandbox`). ``cases_of`` (hardened only) yields the
+    stage's cases in place of the mode's (:mod:`evaluator.sweep`), ``shapes`` listing them all.
     """
+    if cases_of is not None and options.compat:
+        raise ValueError("cases_of runs in the parent: a --compat stage runs its mode in the worker")
     shapes = replace(shapes, timing=options.timing_for(shapes))
     limit_s = stage_limit_s(plan, shapes, options)
     started = time.monotonic()
@@ -328,7 +336,8 @@ def run_stage(
                 if collector.error:
                     status, reason = "error", collector.error
             else:
-                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, progress, ledger)
+                cases, table = _run_isolated(link, contestant, plan, shapes, options, publish, progress, ledger,
+                                             cases_of)
                 link.send({"op": "bye"})
         except WorkerGone as gone:
             status, reason = gone.status, gone.reason

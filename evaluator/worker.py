@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from evaluator.axes import axes_reply, configure_kernel
 from evaluator.channel import Writer
 from evaluator.clocks import sampler_for
 from evaluator.compat.utils import set_seed
@@ -94,6 +95,15 @@ class _Server:
         self.modules.enter_context(contest_modules(self.folder))
         self.kernel = load_kernel(_contestant(message["contestant"]))
         return {"event": "loaded"}
+
+    def _axes(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The kernel's plan axes, for a sweep (:mod:`evaluator.axes`)."""
+        return axes_reply(self.kernel)
+
+    def _configure(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Set the kernel's knobs before a sweep's next variant is timed."""
+        configure_kernel(self.kernel, message["params"])
+        return {"event": "configured"}
 
     def _hand(self, message: dict[str, Any]) -> dict[str, Any]:
         inputs = [attach(spec) for spec in message["inputs"]]
