@@ -21,9 +21,9 @@ from pathlib import Path
 from evaluator.contestant import discover_contestants
 from evaluator.report.compare import build_report, run_label
 from evaluator.report.markdown import write_report
-from evaluator.report.tables import render_run
-from evaluator.results import load_results, write_results
-from evaluator.runner import RunOptions, run_contestant
+from evaluator.results import load_results
+from evaluator.run_command import Setup, run_here, stopped
+from evaluator.runner import RunOptions
 from evaluator.shapes import resolve_shapes
 
 EXIT_OK, EXIT_FAILED = 0, 112
@@ -48,15 +48,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if args.device == "cuda" else "smoke"))
-    options = RunOptions(device=args.device)
-    runs = []
-    for contestant in discover_contestants():
-        run = run_contestant(contestant, args.mode, shapes, options)
-        print(render_run(run), end="\n\n", flush=True)
-        runs.append(run)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     results = args.out / f"{stamp}-{args.mode}-{shapes.name}.json"
-    write_results(results, runs)
+    runs, stop = run_here(Setup(args.mode, shapes, discover_contestants(), RunOptions(device=args.device)), results)
+    if stop is not None:
+        return stopped(stop, results)
     history = [run for path in args.history for run in load_results(path)]
     baseline = args.baseline if any(run_label(r) == args.baseline for r in runs) else None
     report = build_report([*history, *runs], baseline, sources=[*map(str, args.history), str(results)])

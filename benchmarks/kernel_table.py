@@ -22,10 +22,12 @@ from pathlib import Path
 from tabulate import tabulate
 
 from evaluator.contestant import resolve_contestant
+from evaluator.modes import Mode
 from evaluator.report.tables import timing_label
 from evaluator.report.units import format_ns, format_s
-from evaluator.results import RunResult, load_results, write_results
-from evaluator.runner import RunOptions, run_contestant
+from evaluator.results import RunResult, load_results
+from evaluator.run_command import Setup, run_here
+from evaluator.runner import RunOptions
 from evaluator.shapes import resolve_shapes
 
 FP32_FLOPS_PER_S = 67e12  # H200 datasheet FP32 (non-tensor) rate, the floor docs/problem.md §6 uses
@@ -33,13 +35,12 @@ KERNELS = ("geqrf", "blocked_wy", "cholesky_orhr")
 
 
 def _run(names: list[str], shapes_name: str, budget: float | None, json_path: Path) -> list[RunResult]:
-    shapes = resolve_shapes(shapes_name)
+    """``qrbench benchmark`` of the contestants on CUDA, in one results file."""
     options = RunOptions(device="cuda", timing={"benchmark_budget_s": budget} if budget else {})
-    runs: list[RunResult] = []
-    for name in names:
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        runs.append(run_contestant(resolve_contestant(name), "benchmark", shapes, options))
-        write_results(json_path, runs)
+    plan = Setup(Mode.BENCHMARK, resolve_shapes(shapes_name), [resolve_contestant(n) for n in names], options)
+    runs, stop = run_here(plan, json_path)
+    if stop is not None:
+        raise stop
     return runs
 
 

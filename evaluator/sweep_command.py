@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,8 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a knob and the values to try (on/off for booleans, none for None); repeat for a grid")
     p.add_argument("--axes", type=Path, metavar="FILE",
                    help="a YAML or JSON file of axes, e.g. {nb: [32, 64], two_columns: [on, off]}")
-    p.add_argument("--cases", metavar="TEXT,...",
-                   help="only the benchmark cases whose label contains one of these (e.g. 640x512,mixed)")
+    p.add_argument("--cases", metavar="LABEL,...",
+                   help="only these benchmark cases, by label; shell patterns match several "
+                        "(e.g. '20x32,640x512*': 20x32 and every 640x512 case)")
     add_run_options(p)
 
 
@@ -65,11 +67,11 @@ def _requested(args: argparse.Namespace) -> Requested:
 
 
 def _chosen_cases(shapes: ShapeSet, cases: str | None) -> ShapeSet:
-    """The shape set with only the benchmark cases ``--cases`` names (all without it)."""
+    """The shape set with only the benchmark cases ``--cases`` names or matches (all without it)."""
     if cases is None:
         return shapes
     wanted = [w.strip() for w in cases.split(",") if w.strip()]
-    kept = tuple(c for c in shapes.benchmarks if any(w in c.label for w in wanted))
+    kept = tuple(c for c in shapes.benchmarks if any(fnmatch.fnmatchcase(c.label, w) for w in wanted))
     if not kept:
         labels = ", ".join(c.label for c in shapes.benchmarks)
         raise UsageError(f"--cases {cases}: no benchmark case of {shapes.name} matches (its cases: {labels})")

@@ -2,9 +2,8 @@
 
 ``record_launches`` runs ``qr`` on meta tensors (shapes only) with the kernels swapped for recorders
 and derives each launch's specialisation exactly as Triton's launcher would on the GPU;
-``compile_launch`` builds it with the real compiler (Triton's wheel ships ptxas). Uses: the CPU test
-that every launch compiles, and ``benchmarks/wy_sweep.py``, which compiles a sweep's kernels in
-parallel processes before the GPU run (the launcher then finds them in Triton's cache).
+``compile_launch`` builds it with the real compiler (Triton's wheel ships ptxas). Use: the CPU test
+that every launch compiles (and a look at a plan's registers and spills without a GPU).
 Not part of the contest export. Must run where the interpreter has not run (TRITON_INTERPRET unset).
 """
 

@@ -37,7 +37,7 @@ MIN_PART_ROWS = 256
 
 @dataclass(frozen=True)
 class UpdateTiles:
-    """Tile shapes of ``wy_update``'s launches (``benchmarks/update_tiles.py`` times them).
+    """Tile shapes of ``wy_update``'s launches (``qrbench sweep blocked_wy --axis project_bm=32,64`` times them).
 
     ``project_bm`` rows per step of the projection, ``block_n`` columns per strip (both launches),
     ``subtract_bm`` rows per tile of the subtraction, ``warps`` per program (None: 4 up to nb = 64,

@@ -48,7 +48,7 @@ Inner = Literal["torch", "triton"]
 
 @dataclass(frozen=True)
 class Plan:
-    """How one matrix size is factored; every field is a knob of ``benchmarks/kernel_dev.py``.
+    """How one matrix size is factored; every field is a knob of ``qrbench sweep blocked_wy`` (knobs.py).
 
     - ``nb``: columns per trailing update (a power of two).
     - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
@@ -109,7 +109,9 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 
 # The plan for n <= each bound (first match). The rule that picked every entry: the fastest plan of
 # its size in H200 sweeps (`benchmarks/kernel_dev.py --sweep`, wy_sweep's `best`: every qr_v2 spec
-# of the size passed with a scaled residual <= 4), close calls retimed under the evaluator's timer.
+# of the size passed with a scaled residual <= 4; lab scripts since replaced by `qrbench sweep
+# blocked_wy`, which times every variant under the evaluator's protocol), close calls retimed
+# under the evaluator's timer.
 # The sweeps' raw output was never committed: their figures are in docs/kernel-log.md, in the
 # sections cited per entry. The committed results behind the table as it stands (these plans, code
 # of 9723895): reports/h200/2026-12-01-blocked_wy-leaderboard-qr_v2.json, whose ranked-pass mean

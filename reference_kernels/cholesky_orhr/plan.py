@@ -1,4 +1,4 @@
-"""The knobs of one factorisation, in one place (``benchmarks/orhr_dev.py`` sweeps them)."""
+"""The knobs of one factorisation, in one place (``qrbench sweep cholesky_orhr`` sweeps them: knobs.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class Plan:
             raise ValueError(f"second_pass_min must be positive, got {self.second_pass_min}")
 
 
-# Rule: the fastest setting in `benchmarks/orhr_dev.py --second-pass-min 8,32,128` on the H200
+# Rule: the fastest setting in `benchmarks/orhr_dev.py --second-pass-min 8,32,128` (a lab script since
+# replaced by `qrbench sweep cholesky_orhr --axis second_pass_min=8,32,128`) on the H200
 # (2026-11-29): a second pass for 128 matrices or more only. Sending
 # fewer to blocked_wy instead took 60x1024 from 19.6 to 15.3 ms, 60x1024 mixed from 23.1 to 16.7
 # and 640x512 mixed (86 matrices) from 30.4 to 26.5; geomean 8.11 -> 7.71 ms. That sweep's output
@@ -50,9 +51,10 @@ DEFAULT_PLAN = Plan(second_pass_min=128)
 
 def default_plan(batch: int, n: int) -> Plan:
     """The plan ``qr`` uses when given none: one plan for every size. Rule: the fastest plan per
-    qr_v2 benchmark size in ``benchmarks/orhr_dev.py`` on an H200 (2026-11-29; its output was never
-    committed: what remains is quoted here and in docs/kernel-log.md §C2): 32-wide leaves with products split down to
-    256, graphed, at every size but 20x32 (0.16 ms against 0.12 ms eager), and widening leaves for
-    small, host-bound problems lost once the passes were graphed. Committed results of this plan:
+    qr_v2 benchmark size in ``benchmarks/orhr_dev.py`` (since replaced by ``qrbench sweep``) on an
+    H200 (2026-11-29; its output was never committed: what remains is quoted here and in
+    docs/kernel-log.md §C2): 32-wide leaves with products split down to 256, graphed, at every size
+    but 20x32 (0.16 ms against 0.12 ms eager), and widening leaves for small, host-bound problems
+    lost once the passes were graphed. Committed results of this plan:
     reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json."""
     return DEFAULT_PLAN
