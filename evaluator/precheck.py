@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evaluator.modes import Mode
+
 __all__ = [
     "GUARDED_MODES",
     "KERNELGUARD_POLICIES",
@@ -46,7 +48,8 @@ RULES: dict[str, str] = {
 }
 
 MAX_BYTES = 1_000_000  # the API's limit: len(content) > 1_000_000 is refused
-GUARDED_MODES = frozenset({"benchmark", "profile", "leaderboard"})  # the service skips kernelguard in test mode
+# The modes the service runs kernelguard for: all but test.
+GUARDED_MODES = frozenset({Mode.BENCHMARK, Mode.PROFILE, Mode.LEADERBOARD})
 KERNELGUARD_TIMEOUT_S = 300.0  # the service's default KERNELGUARD_TIMEOUT_SEC
 # enforce: the service's default (a filtered file, or a kernelguard that cannot run, is refused);
 # warn: run it and report, refuse nothing; off: do not run it (the service without KERNELGUARD_ENABLED).

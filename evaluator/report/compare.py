@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluator.environment import gpu_key
+from evaluator.modes import Mode
 from evaluator.results import CaseResult, RunResult
 from evaluator.shapes import Timing
 
@@ -53,7 +54,7 @@ def shortened(run: RunResult) -> bool:
     not contest figures. Test runs time nothing and are never shortened."""
     timing = run.shapes.get("timing") or {}
     contest = Timing()
-    return run.mode != "test" and any(timing.get(key, getattr(contest, key)) < getattr(contest, key)
+    return run.mode != Mode.TEST and any(timing.get(key, getattr(contest, key)) < getattr(contest, key)
                                       for key in _TIMED_PASS)
 
 
@@ -211,7 +212,7 @@ class Report:
         or no baseline was asked for."""
         if not self.baseline_text or any(e.compared for e in self.entries):
             return None
-        if all(e.run.mode == "test" for e in self.entries):
+        if all(e.run.mode == Mode.TEST for e in self.entries):
             return "every run is a test run, which times nothing: report benchmark or leaderboard runs"
         return "no run has a baseline run of its own mode and shape set with timed cases that passed"
 
