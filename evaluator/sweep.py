@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from evaluator.axes import AxisError, Requested, Variant, plain_axes, resolve, variant_count, variants
 from evaluator.contestant import Contestant
@@ -49,22 +49,29 @@ def _shifted(progress: Progress, offset: int, count: int) -> Progress:
     return shifted
 
 
+@dataclass
 class _Sweep:
     """One sweep in flight: the grid (known once the worker reported the kernel's axes), when each
     variant started, and the stage's cases split back into one run per variant."""
 
-    def __init__(self, contestant: Contestant, shapes: ShapeSet, requested: Requested, base: RunResult,
-                 secret: int | None, on_variant: Callable[[Variant], None] | None) -> None:
-        self.contestant = contestant
-        self.shapes = shapes
-        self.requested = requested
-        self.base = base
-        self.secret = secret
-        self.on_variant = on_variant
-        self.per = len(shapes.benchmarks)
-        self.count = variant_count(requested)
-        self.grid: list[Variant] = []
-        self.marks: list[float] = []  # monotonic time each variant started, then the end
+    contestant: Contestant
+    shapes: ShapeSet
+    requested: Requested
+    base: RunResult
+    secret: int | None
+    on_variant: Callable[[Variant], None] | None
+    grid: list[Variant] = field(default_factory=list)
+    marks: list[float] = field(default_factory=list)  # monotonic time each variant started, then the end
+
+    @property
+    def per(self) -> int:
+        """Cases per variant."""
+        return len(self.shapes.benchmarks)
+
+    @property
+    def count(self) -> int:
+        """Variants, the kernel's own plan included."""
+        return variant_count(self.requested)
 
     def cases(self, harness: Harness, executor: RemoteExecutor) -> Iterator[CaseResult]:
         """The stage's cases: every variant's benchmark pass, configured first (a

@@ -86,5 +86,5 @@ def test_help_runs_without_an_install() -> None:
     proc = subprocess.run([sys.executable, "-m", "evaluator", "--help"], cwd=REPO, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0
-    for command in ("test", "benchmark", "leaderboard", "profile", "rank"):
+    for command in ("test", "benchmark", "leaderboard", "profile", "rank", "sweep"):
         assert command in proc.stdout
