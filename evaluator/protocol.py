@@ -15,7 +15,7 @@ import secrets
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -32,7 +32,7 @@ from evaluator.stats import Stats
 from evaluator.stopping import ContestRule
 from evaluator.timing import Measurement, synchronize
 from reference.checker import QMethod, Verdict, verdict
-from reference.inputs import generate_input
+from reference.inputs import CASES, generate_input
 
 __all__ = [
     "CASE_MODES",
@@ -53,6 +53,9 @@ SEED_STEP = 42  # the contest bumps a benchmark spec's seed by 42 before each in
 WALL_CAP_S = 120.0  # the contest's hard cap on one case's timing loop
 SETTLE_GRACE_S = 0.05  # how long a failed repeat waits for outputs still being written
 _WORST_KEYS = ("scaled_factor_residual", "scaled_orthogonality_residual")
+# Case kinds whose transform treats each matrix alone (``mixed`` draws its profiles over the
+# whole batch, so its inputs are drawn one by one).
+_PER_MATRIX_KINDS = frozenset(CASES) - {"mixed"}
 
 
 def combine_seed(secret: int, seed: int) -> int:
@@ -182,9 +185,15 @@ class _Inputs:
     def refresh(self) -> None:
         if not self.fresh:
             return
-        for k in range(len(self.pristine)):
-            self.seeds[k] = _randbits(62)
-            self.pristine[k] = generate_input(**self.case.with_seed(self.seeds[k]).generator_args())
+        count = len(self.pristine)
+        if count > 1 and self.case.kind in _PER_MATRIX_KINDS:
+            # One generator call for the whole repeat (50 inputs at 20x32): each matrix's content
+            # is drawn alone, so the split batch has the distribution of separate draws.
+            whole = replace(self.case, batch=self.case.batch * count).with_seed(_randbits(62))
+            self.pristine = list(generate_input(**whole.generator_args()).chunk(count))
+            return
+        for k in range(count):
+            self.pristine[k] = generate_input(**self.case.with_seed(_randbits(62)).generator_args())
 
     def install(self) -> None:
         if not self.fresh:

@@ -52,6 +52,11 @@ _CALIBRATION_INPUTS = 32
 _ALLOWANCE_FACTOR = 2.0
 _ALLOWANCE_FLOOR_NS = {"cuda": 200e3, "cpu": 10e6}  # host scheduling: a loaded 2-core CPU box is slow
 _BANDWIDTH_BYTES = {"cuda": 64 << 20, "cpu": 16 << 20}
+# The drain's round trip is calibrated with the device busy for about a millisecond, so the host
+# waits in its synchronize as it does behind a real kernel; the allowance is twice its 75th
+# percentile plus a floor (reports/h200/2026-12-01-drain-latency.md).
+_DRAIN_BUSY_CYCLES = 2_000_000
+_DRAIN_FLOOR_NS = 20e3
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -191,11 +196,14 @@ class WorkerLink:
 class Allowance:
     """The hand-over share of a repeat the parent witnesses, measured before the kernel was
     imported: a fixed part (flush, messages, events), a part per call (the worker's bookkeeping
-    and delivery of one output) and the bytes moved (fresh inputs in, outputs back)."""
+    and delivery of one output) and the bytes moved (fresh inputs in, outputs back).
+    ``drain_ns`` is the host's round trip through the worker's device drain when nothing is
+    left running (zero without CUDA): a tail beyond it is work the kernel left behind."""
 
     fixed_ns: float
     per_call_ns: float
     bytes_per_s: float
+    drain_ns: float = 0.0
 
     def of(self, calls: int, nbytes: int) -> float:
         return self.fixed_ns + calls * self.per_call_ns + 2 * nbytes / self.bytes_per_s
@@ -242,8 +250,22 @@ class RemoteExecutor:
         per_call = max(0.0, _quantile(busy, 0.75) - fixed) / _CALIBRATION_INPUTS
         floor = _ALLOWANCE_FLOOR_NS[self.device.type]
         self.allowance = Allowance(_ALLOWANCE_FACTOR * fixed + floor, _ALLOWANCE_FACTOR * per_call,
-                                   self._bandwidth() / _ALLOWANCE_FACTOR)
+                                   self._bandwidth() / _ALLOWANCE_FACTOR, self._drain_round_trip())
         return self.allowance
+
+    def _drain_round_trip(self) -> float:
+        """The drain's tail behind a device kept busy by the worker's built-in kernel, which
+        leaves nothing behind: the host's round trip alone (zero off CUDA, where nothing drains)."""
+        if self.device.type != "cuda":
+            return 0.0
+        one = self.hand([torch.zeros(1, 4, 4, device=self.device)])
+        try:
+            tails = [_duration(self._witness(one, lambda: None, deliver=False, builtin=True,
+                                             busy_cycles=_DRAIN_BUSY_CYCLES)[0], "tail_ns")
+                     for _ in range(_CALIBRATION_REPEATS)]
+        finally:
+            self.release(one)
+        return _ALLOWANCE_FACTOR * _quantile(tails, 0.75) + _DRAIN_FLOOR_NS
 
     def _bandwidth(self) -> float:
         """Bytes per second the parent copies on this device (read plus written)."""
@@ -313,8 +335,12 @@ class RemoteExecutor:
         if deliver:
             nbytes += sum(h.numel() * 4 + tau.numel() * 4 for h, tau in binding.outputs)
         assert self.allowance is not None, "calibrate() first"
-        measurement = Measurement(_duration(reply, "elapsed_ns"), _duration(reply, "tail_ns"), witness_ns,
-                                  self.allowance.of(len(handed.tensors), nbytes))
+        tail_ns = _duration(reply, "tail_ns")
+        # device-drain: the kernel's stream region, plus whatever the device still ran beyond the
+        # host's own round trip through the drain (work left on other streams counts).
+        elapsed_ns = _duration(reply, "elapsed_ns") + max(0.0, tail_ns - self.allowance.drain_ns)
+        measurement = Measurement(elapsed_ns, tail_ns, witness_ns, self.allowance.of(len(handed.tensors), nbytes),
+                                  self.allowance.drain_ns)
         kernel_ns = min(measurement.elapsed_ns, witness_ns)
         self.ledger.add("kernel", kernel_ns / 1e9)
         self.ledger.add("flush", flush_ns / 1e9)
@@ -345,7 +371,7 @@ class RemoteExecutor:
     # -- helpers ------------------------------------------------------------------------------
 
     def _witness(self, handed: Handed | None, install: Callable[[], None], deliver: bool,
-                 builtin: bool = False) -> tuple[dict[str, Any], float, float]:
+                 builtin: bool = False, busy_cycles: int = 0) -> tuple[dict[str, Any], float, float]:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
         start to land (so work done ahead of the worker's clock counts) to the report. Returns
         the reply, the witnessed time and the flush's share of it (ns)."""
@@ -359,7 +385,7 @@ class RemoteExecutor:
             flush_ns = float(self._clock() - flush_start)
         token = None if handed is None else _binding(handed).token
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
-                               "rules": self.rules}, "timed")
+                               "busy_cycles": busy_cycles, "rules": self.rules}, "timed")
         return reply, float(self._clock() - start), flush_ns
 
     def _returned(self, form: Any, buffers: tuple[torch.Tensor, torch.Tensor]) -> Returned:

@@ -16,6 +16,7 @@ the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.channe
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -50,8 +51,11 @@ def _contestant(data: dict[str, str]) -> Contestant:
     return Contestant(data["name"], Path(data["path"]), data["sha256"])
 
 
-def _builtin_kernel(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What calibration calls: outputs of the right form at no cost (the hand-over alone)."""
+def _builtin_kernel(a: torch.Tensor, busy_cycles: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """What calibration calls: outputs of the right form at no cost (the hand-over alone), after
+    keeping the device busy for ``busy_cycles`` clock cycles (the drain's round trip)."""
+    if busy_cycles and a.is_cuda:
+        torch.cuda._sleep(busy_cycles)
     return a, a[..., 0]
 
 
@@ -125,7 +129,11 @@ class _Server:
 
     def _timed(self, message: dict[str, Any]) -> dict[str, Any]:
         inputs, outputs = self.handed.get(message["id"], ([], []))
-        kernel = _builtin_kernel if message.get("builtin") else self.kernel
+        if message.get("builtin"):
+            busy_cycles = int(message.get("busy_cycles", 0))
+            kernel = functools.partial(_builtin_kernel, busy_cycles=busy_cycles)
+        else:
+            kernel = self.kernel
         measurement, results = self.timer.time(lambda: [kernel(t) for t in inputs])
         forms = []
         if message["deliver"]:

@@ -151,6 +151,21 @@ def test_fresh_inputs_reuse_memory_but_never_content() -> None:
     assert result.seeds == (CASE.seed + 42, CASE.seed + 84)  # the correctness pass's, recorded
 
 
+@pytest.mark.parametrize("kind", ["rankdef", "mixed"])
+def test_fresh_content_is_drawn_per_matrix(kind: str) -> None:
+    """A repeat's fresh inputs come from one batched draw where each matrix is drawn alone, one
+    draw per input for ``mixed``; either way every input has its case's form and new content."""
+    case = replace(CASE, batch=3, case=kind)
+    inputs = protocol._Inputs(case, 4, fresh=True)
+    first = [t.clone() for t in inputs.pristine]
+    inputs.refresh()
+    assert [t.shape for t in inputs.pristine] == [torch.Size((3, 8, 8))] * 4
+    assert not any(torch.equal(a, b) for a in first for b in inputs.pristine)
+    assert not any(torch.equal(a, b) for i, a in enumerate(inputs.pristine) for b in inputs.pristine[i + 1:])
+    if kind == "rankdef":  # columns r: are zero in every matrix (r = 3n/4), as the generator makes them
+        assert all(not t[..., 6:].any() and t[..., :6].all() for t in inputs.pristine)
+
+
 class _Sub(torch.Tensor):
     pass
 
