@@ -20,6 +20,7 @@ from evaluator.cli_args import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     OutputClosed,
+    UsageError,
     measurement_options,
     pick_device,
     precheck_text,
@@ -137,6 +138,8 @@ def stopped(stop: KeyboardInterrupt, path: Path) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     plan = setup(args, args.command, pick_device(args.device))
+    if getattr(args, "estimate", False):
+        return estimate_only(plan)
     path = results_path(args, plan.mode, plan.shapes)
     runs, stop = run_here(plan, path)
     if stop is not None:
@@ -145,6 +148,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(summary(runs))
     print(f"results: {path}")
     return EXIT_OK if all(r.passed for r in runs) else EXIT_FAILED
+
+
+def estimate_only(plan: Setup) -> int:
+    """``--estimate``: a pilot per contestant and the predicted stages, nothing saved or ranked."""
+    from evaluator.estimate import estimate_run, render_estimate
+
+    if plan.options.compat:
+        raise UsageError("--estimate predicts both protocols from a hardened pilot; leave out --compat")
+    for contestant in plan.contestants:
+        print(render_estimate(estimate_run(contestant, plan.mode, plan.shapes, plan.options)), flush=True)
+    return EXIT_OK
 
 
 def rank_with(args: argparse.Namespace, plan: Setup, dispatch: Dispatch) -> int:

@@ -1,0 +1,262 @@
+"""``--estimate``: how long a run will take, before it runs, for qrbench and for the contest.
+
+A short pilot in one hardened worker measures what a run's wall time is made of: each test
+case once, then each benchmark case through the real protocol (correctness pass, then a few
+timed repeats with fresh inputs and every output checked), and the worker's start, calibration
+and load. From the pilot's per-call mean, its repeat-to-repeat noise and the wall time of a
+repeat, the contest's stopping rule itself (:class:`~evaluator.stopping.ContestRule`, played on
+samples with the pilot's mean and noise) predicts the repeats of every timed pass, and so each
+stage's wall. The contest's protocol is predicted from the same pilot with its own costs: the
+published checker (timed here once per shape) on every output of every repeat, no fresh inputs,
+and no hand-over.
+
+What it cannot know: the noise of the real run (the pilot's few repeats estimate it roughly, and
+repeats grow with its square), and compilation, which the pilot pays and caches (reported apart).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+from evaluator.contestant import Contestant
+from evaluator.execution import Executor
+from evaluator.modes import STAGES_BY_MODE, Mode, stage_mode
+from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness, benchmark_case, combine_seed, test_case
+from evaluator.results import CaseResult
+from evaluator.runner import RunOptions, StagePlan, run_stage
+from evaluator.shapes import Case, ShapeSet, Timing
+from evaluator.stopping import ContestRule
+from reference.checker import verdict
+from reference.inputs import generate_input
+
+__all__ = ["CasePilot", "Estimate", "StageEstimate", "estimate_run", "predict_repeats", "render_estimate"]
+
+PILOT_REPEATS = 10
+
+
+@dataclass(frozen=True)
+class CasePilot:
+    """What the pilot measured of one benchmark case (times per call are for one input)."""
+
+    case: Case
+    inputs: int
+    call_s: float
+    cv: float
+    repeat_s: float
+    check_s: float
+    first_pass_s: float
+    published_check_s: float
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """One stage's predicted timed repeats and wall time, for qrbench and for the contest."""
+
+    name: str
+    repeats: int
+    wall_s: float
+    contest_repeats: int
+    contest_wall_s: float
+    contest_limit_s: float
+
+    @property
+    def over_limit(self) -> bool:
+        return self.contest_wall_s > self.contest_limit_s
+
+
+@dataclass(frozen=True)
+class Estimate:
+    contestant: str
+    mode: str
+    stages: tuple[StageEstimate, ...]
+    cases: tuple[CasePilot, ...]
+    pilot_wall_s: float
+    first_calls_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def wall_s(self) -> float:
+        return sum(s.wall_s for s in self.stages)
+
+    @property
+    def contest_wall_s(self) -> float:
+        return sum(s.contest_wall_s for s in self.stages)
+
+
+def predict_repeats(rule: ContestRule, max_repeats: int, repeat_ns: float, cv: float, repeat_wall_s: float) -> int:
+    """How many repeats the timed loop runs for a case whose repeats take ``repeat_ns`` of kernel
+    time with relative spread ``cv`` and ``repeat_wall_s`` of wall time each: the rule itself,
+    on samples alternating one standard deviation either side of the mean, under the loop's
+    caps (``max_repeats``, and the wall-clock cap from the rule's third sample)."""
+    low, high = repeat_ns * (1 - cv), repeat_ns * (1 + cv)
+    samples: list[float] = []
+    for n in range(1, max_repeats + 1):
+        samples.append(low if n % 2 else high)
+        elapsed_s = n * repeat_wall_s
+        if rule.should_stop(samples, elapsed_s) or (n >= rule.min_samples and elapsed_s > WALL_CAP_S):
+            return n
+    return max_repeats
+
+
+PilotSource = Callable[[Harness, Executor], Iterator[CaseResult]]
+
+
+def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
+                  pilots: list[CasePilot], test_walls: list[float]) -> PilotSource:
+    """The pilot's stage: every test case once (when the mode runs them), then every benchmark
+    case with ``repeats`` timed repeats; what each cost goes to ``pilots`` and ``test_walls``."""
+
+    def seeded(case: Case) -> Case:
+        return case if secret is None else case.with_seed(combine_seed(secret, case.seed))
+
+    def source(h: Harness, executor: Executor) -> Iterator[CaseResult]:
+        if "test" in STAGES_BY_MODE[mode]:
+            for i, case in enumerate(shapes.tests):
+                start = time.perf_counter()
+                yield test_case(h, i, seeded(case))
+                test_walls.append(time.perf_counter() - start)
+        forward = h.progress
+        for i, case in enumerate(seeded(c) for c in shapes.benchmarks):
+            timed_s: list[float] = []
+
+            def watch(event: dict[str, object], timed_s: list[float] = timed_s) -> None:
+                if event.get("event") == "repeat":
+                    timed_s.append(float(event["elapsed_s"]))  # type: ignore[arg-type]
+                forward(event)
+
+            h.progress = watch
+            checked_before = h.ledger.seconds["check"]
+            start = time.perf_counter()
+            result = benchmark_case(h, i, case, BenchSettings(True, repeats, math.inf), shapes.timing)
+            wall_s = time.perf_counter() - start
+            h.progress = forward
+            yield result
+            if result.stats is None or not timed_s:
+                continue
+            runs = len(timed_s)
+            count = shapes.timing.input_count(case)
+            stats = result.stats
+            pilots.append(CasePilot(
+                case=case, inputs=count, call_s=stats.mean_ns / 1e9,
+                cv=stats.std_ns / stats.mean_ns if stats.mean_ns > 0 else 0.0,
+                repeat_s=timed_s[-1] / runs, check_s=(h.ledger.seconds["check"] - checked_before) / (runs + 1),
+                first_pass_s=wall_s - timed_s[-1], published_check_s=0.0,
+            ))
+
+    return source
+
+
+def _published_check_s(case: Case, device: str) -> float:
+    """One check of one output with the contest's checker (its per-matrix Q loop), on geqrf's
+    output of an input of this shape: its cost depends on the shape alone."""
+    a = generate_input(**replace(case, seed=1).generator_args())
+    output = torch.geqrf(a)
+    verdict(a, output, "published")  # first call: library handles and workspaces
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    verdict(a, output, "published")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _timed_pass(pilots: Sequence[CasePilot], settings: BenchSettings, contest: bool) -> tuple[int, float]:
+    """Repeats and wall time of one timed pass over ``pilots`` with ``settings``."""
+    rule = ContestRule(budget_s=settings.budget_s)
+    repeats, wall_s = 0, 0.0
+    for p in pilots:
+        repeat_ns = p.call_s * 1e9 * p.inputs
+        if contest:
+            checks = p.inputs * p.published_check_s if settings.recheck else 0.0
+            repeat_s, first_s = p.call_s * p.inputs + checks, p.inputs * (p.call_s + p.published_check_s)
+        else:
+            repeat_s = p.repeat_s if settings.recheck else max(p.repeat_s - p.check_s, p.call_s * p.inputs)
+            first_s = p.first_pass_s
+        n = predict_repeats(rule, settings.max_repeats, repeat_ns, p.cv, repeat_s)
+        repeats += n
+        wall_s += first_s + n * repeat_s
+    return repeats, wall_s
+
+
+def _stage(name: str, pilots: Sequence[CasePilot], timing: Timing, fixed_s: float, contest_fixed_s: float,
+           tests_s: float, limit_s: float) -> StageEstimate:
+    mode = stage_mode(name)
+    passes: list[tuple[Sequence[CasePilot], BenchSettings]] = []
+    if mode == Mode.BENCHMARK:
+        passes = [(pilots[:1], BenchSettings(False, timing.benchmark_warmup_repeats, timing.benchmark_warmup_s)),
+                  (pilots, BenchSettings(True, timing.benchmark_repeats, timing.benchmark_budget_s))]
+    elif mode == Mode.LEADERBOARD:
+        passes = [(pilots, BenchSettings(False, timing.leaderboard_warmup_repeats, timing.leaderboard_warmup_s)),
+                  (pilots, BenchSettings(True, timing.leaderboard_repeats, timing.leaderboard_budget_s))]
+    repeats = contest_repeats = 0
+    wall_s, contest_wall_s = fixed_s + tests_s, contest_fixed_s + tests_s
+    for cases, settings in passes:
+        n, w = _timed_pass(cases, settings, contest=False)
+        cn, cw = _timed_pass(cases, settings, contest=True)
+        repeats, wall_s = repeats + n, wall_s + w
+        contest_repeats, contest_wall_s = contest_repeats + cn, contest_wall_s + cw
+    return StageEstimate(name, repeats, wall_s, contest_repeats, contest_wall_s, limit_s)
+
+
+def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions,
+                 repeats: int = PILOT_REPEATS, on_progress: Any = None) -> Estimate:
+    """Pilot ``contestant`` on ``shapes`` (hardened, one worker) and predict each stage of ``mode``."""
+    if mode not in (Mode.TEST, Mode.BENCHMARK, Mode.LEADERBOARD):
+        raise ValueError(f"--estimate predicts test, benchmark and leaderboard runs, not {mode}")
+    pilots: list[CasePilot] = []
+    test_walls: list[float] = []
+    timing = options.timing_for(shapes)
+    source = _pilot_source(replace(shapes, timing=timing), mode, options.seed, repeats, pilots, test_walls)
+    start = time.perf_counter()
+    stage, _ = run_stage(contestant, StagePlan("pilot", Mode.BENCHMARK, options.seed), shapes,
+                         replace(options, compat=False), on_progress=on_progress, cases_of=source)
+    pilot_wall_s = time.perf_counter() - start
+    notes = [f"the pilot's stage ended {stage.status}: {stage.reason}"] if stage.status not in ("pass", "fail") else []
+    published: dict[tuple[int, int], float] = {}
+    for i, p in enumerate(pilots):
+        key = (p.case.batch, p.case.n)
+        if key not in published:
+            published[key] = _published_check_s(p.case, options.device)
+        pilots[i] = replace(p, published_check_s=published[key])
+    breakdown = stage.breakdown_s or {}
+    fixed_s = sum(breakdown.get(k, 0.0) for k in ("worker_start", "calibration", "load"))
+    contest_fixed_s = fixed_s - breakdown.get("calibration", 0.0)
+    stages = tuple(
+        _stage(name, pilots, timing, fixed_s, contest_fixed_s, sum(test_walls) if name == "test" else 0.0,
+               shapes.timeout_s(stage_mode(name)))
+        for name in STAGES_BY_MODE[mode]
+    )
+    return Estimate(contestant.name, mode, stages, tuple(pilots), pilot_wall_s,
+                    breakdown.get("untimed_calls", 0.0), tuple(notes))
+
+
+def render_estimate(est: Estimate) -> str:
+    """The estimate as plain text: per case, per stage, then the totals and any warning."""
+    case_rows = [[p.case.label, p.inputs, f"{p.call_s * 1e3:.3f}", f"{p.cv * 100:.2f}", f"{p.repeat_s * 1e3:.1f}",
+                  f"{p.published_check_s * 1e3:.1f}"] for p in est.cases]
+    stage_rows = [[s.name, s.repeats, f"{s.wall_s:.0f}", s.contest_repeats, f"{s.contest_wall_s:.0f}",
+                   f"{s.contest_limit_s:.0f}" + (" (over)" if s.over_limit else "")] for s in est.stages]
+    lines = [
+        f"Estimate for {est.contestant}, {est.mode} (pilot: {est.pilot_wall_s:.0f} s, of which first calls "
+        f"{est.first_calls_s:.0f} s; compiles are cached for the real run)",
+        tabulate(case_rows, headers=["case", "inputs", "ms per call", "cv %", "ms per repeat (qrbench)",
+                                     "ms per published check"], tablefmt="github"),
+        "",
+        tabulate(stage_rows, headers=["stage", "repeats", "wall s", "contest repeats", "contest wall s",
+                                      "contest limit s"], tablefmt="github"),
+        "",
+        f"qrbench: about {est.wall_s:.0f} s; the contest's protocol: about {est.contest_wall_s:.0f} s "
+        "(repeats follow the contest's stopping rule with the pilot's noise, which a few repeats estimate roughly)",
+    ]
+    lines += [f"warning: the contest's protocol would run past the {s.name} stage's {s.contest_limit_s:.0f} s limit "
+              f"(about {s.contest_wall_s:.0f} s)" for s in est.stages if s.over_limit]
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)

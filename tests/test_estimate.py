@@ -1,0 +1,47 @@
+"""``--estimate``: the repeat prediction is the contest's rule itself; a pilot predicts every stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evaluator.contestant import resolve_contestant
+from evaluator.estimate import estimate_run, predict_repeats, render_estimate
+from evaluator.protocol import WALL_CAP_S
+from evaluator.runner import RunOptions
+from evaluator.shapes import resolve_shapes
+from evaluator.stopping import ContestRule
+
+TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
+
+
+@pytest.mark.parametrize(("cv", "repeat_wall_s", "expected"), [
+    (0.0, 0.01, 11),       # no noise: the first repeat past 0.1 s of wall time
+    (0.001, 0.001, 101),   # quiet: the rule's 0.1 s minimum decides
+    (0.01, 0.001, 102),    # err < 0.1% needs about (cv / 0.001)^2 = 100 repeats
+    (0.05, 0.001, 1000),   # noisy and fast: the repeat cap
+    (0.05, 61.0, 3),       # slow repeats: the 120 s wall cap from the third repeat
+])
+def test_predicted_repeats_follow_the_contest_rule(cv: float, repeat_wall_s: float, expected: int) -> None:
+    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, cv, repeat_wall_s) == expected
+
+
+def test_budget_ends_a_slow_quiet_case() -> None:
+    # 10 ms repeats against a 0.05 s budget of kernel time: the budget is spent after 6 repeats,
+    # which take more than the rule's 0.1 s minimum of wall time only from the 10th.
+    assert predict_repeats(ContestRule(budget_s=0.05), 1000, 10e6, 0.05, 0.011) == 10
+    assert WALL_CAP_S == 120.0
+
+
+def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
+    shapes = resolve_shapes(TINY_SHAPES)
+    est = estimate_run(resolve_contestant("geqrf"), "leaderboard", shapes, RunOptions(device="cpu"), repeats=3)
+    assert [s.name for s in est.stages] == ["test", "benchmark", "ranked", "ranked-secret"]
+    assert [p.case for p in est.cases] == list(shapes.benchmarks)
+    assert all(p.call_s > 0 and p.repeat_s > 0 and p.published_check_s > 0 for p in est.cases)
+    assert all(s.wall_s > 0 and s.repeats >= 0 for s in est.stages)
+    assert est.stages[2].repeats >= 3 * len(shapes.benchmarks)  # every timed case runs at least 3 repeats
+    text = render_estimate(est)
+    assert "ranked-secret" in text
+    assert "contest wall s" in text
