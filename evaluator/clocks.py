@@ -125,6 +125,7 @@ class NvmlSampler:
             return None
 
     def read_or_raise(self) -> ClockSample:
+        """The clocks now; NVML's error when it fails (opening a sampler proves a device with it)."""
         nvml, handle = self._nvml, self._handle
         return ClockSample(
             sm_clock_mhz=int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
