@@ -45,6 +45,7 @@ __all__ = ["main"]
 _DEFERRED = {
     "report": ("evaluator.report.command", "Markdown report and PNG plots from results files"),
     "modal": ("evaluator.cloud.command", "run rankings on Modal cloud GPUs (B200 by default)"),
+    "compare": ("evaluator.compare_command", "paired, interleaved timing of contestants: time ratios and verdicts"),
     "sweep": ("evaluator.sweep_command", "time a kernel's knobs (its PLAN_AXES) over a grid of variants"),
 }
 
@@ -66,6 +67,10 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         add_run_options(p)
         if mode == Mode.PROFILE:
             p.add_argument("--profiler", action="store_true", help="also run under the torch profiler (CUDA)")
+        else:
+            p.add_argument("--estimate", action="store_true",
+                           help="run a short pilot instead and print each stage's predicted repeats and wall time, "
+                                "for qrbench and for the contest's protocol (warns past the shape file's limits)")
     p = sub.add_parser("rank", help="leaderboard run of contestants (default: all of contestants/) and a ranking")
     p.set_defaults(func=_cmd_rank)
     p.add_argument("contestants", nargs="*", metavar="CONTESTANT")

@@ -86,20 +86,23 @@ def alone(root: Path) -> bool:
     return True
 
 
-def _other_scratches(own: Scratch) -> list[Path]:
+def _other_scratches(own: tuple[Scratch, ...]) -> list[Path]:
     """The other contestants' scratch directories, while no other run may be writing them."""
-    root = own.path.parent
+    root = own[0].path.parent
     if not alone(root):
         return []
-    return [p for p in sorted(root.iterdir()) if p.is_dir() and p != own.path]
+    mine = {scratch.path for scratch in own}
+    return [p for p in sorted(root.iterdir()) if p.is_dir() and p not in mine]
 
 
 @contextlib.contextmanager
-def contained_stage(shape_file: Path | None, scratch: Scratch) -> Iterator[StageContainment]:
+def contained_stage(shape_file: Path | None, scratch: Scratch, *more: Scratch) -> Iterator[StageContainment]:
     """Contain one worker's stage (see the module docstring); the body spawns and waits for it.
-    ``scratch`` is the worker's own scratch directory, the one place it may change."""
+    ``scratch`` is the worker's own scratch directory, the one place it may change. A paired
+    comparison (:mod:`evaluator.paired_runner`) runs several workers at once in one containment:
+    ``more`` are the others' own directories, and what is found cannot be told apart by worker."""
     set_dumpable(False)
-    others = _other_scratches(scratch)
+    others = _other_scratches((scratch, *more))
     snapshot = ProjectSnapshot.take(trees=[*project_paths(), *others],
                                     files=[shape_file] if shape_file is not None else [])
     found = StageContainment()

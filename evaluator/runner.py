@@ -46,7 +46,17 @@ from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult, Stage
 from evaluator.sandbox import Scratch
 from evaluator.shapes import Case, ShapeSet, Timing
 
-__all__ = ["RunOptions", "StagePlan", "new_run", "plan_stages", "run_contestant", "run_stage", "stage_limit_s"]
+__all__ = [
+    "RunOptions",
+    "StagePlan",
+    "hardened_harness",
+    "new_run",
+    "plan_stages",
+    "run_contestant",
+    "run_stage",
+    "spawn_worker",
+    "stage_limit_s",
+]
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -124,6 +134,19 @@ def _worker_env(options: RunOptions, scratch: Scratch) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(options.env)
     return env
+
+
+def spawn_worker(options: RunOptions, scratch: Scratch) -> tuple[subprocess.Popen[bytes], int]:
+    """A worker (``python -m evaluator.worker``) in a session of its own, its caches and temporary
+    files in ``scratch``; returns it and the read end of its result channel."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evaluator.worker", str(write_fd)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        pass_fds=(write_fd,), env=_worker_env(options, scratch), start_new_session=True,
+    )
+    os.close(write_fd)
+    return proc, read_fd
 
 
 class _Collector:
@@ -221,19 +244,27 @@ def _sampler(device: torch.device) -> ClockSampler:
     return sampler_for(device)
 
 
-def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
-                  options: RunOptions, publish: Callable[[list[CaseResult]], None],
-                  on_progress: ProgressFn | None, ledger: Ledger,
-                  cases_of: CaseSource | None = None) -> tuple[list[CaseResult], str]:
-    """The hardened stage: the parent runs the mode (or ``cases_of``), the worker only runs the kernel."""
+def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptions,
+                     progress: Callable[[dict[str, Any]], None], ledger: Ledger) -> tuple[Harness, RemoteExecutor]:
+    """The parent's side of a hardened worker that is ready: the hand-over allowance measured, the
+    kernel imported, and the harness the protocol runs over (every rule on)."""
     device = torch.device(options.device)
     executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()
     executor.load(contestant.to_dict())
     floor = _floor(device) if device.type == "cuda" else None
-    progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
     harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger, sampler=_sampler(device),
                       discard_throttled=options.discard_on_throttle)
+    return harness, executor
+
+
+def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, shapes: ShapeSet,
+                  options: RunOptions, publish: Callable[[list[CaseResult]], None],
+                  on_progress: ProgressFn | None, ledger: Ledger,
+                  cases_of: CaseSource | None = None) -> tuple[list[CaseResult], str]:
+    """The hardened stage: the parent runs the mode (or ``cases_of``), the worker only runs the kernel."""
+    progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
+    harness, executor = hardened_harness(link, contestant, options, progress, ledger)
     cases: list[CaseResult] = []
     if plan.mode == Mode.PROFILE:
         result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
@@ -316,13 +347,7 @@ def run_stage(
             on_progress(stage, event)
 
     with contained_stage(shapes.path if shapes.path.is_file() else None, scratch) as containment:
-        read_fd, write_fd = os.pipe()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evaluator.worker", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,), env=_worker_env(options, scratch), start_new_session=True,
-        )
-        os.close(write_fd)
+        proc, read_fd = spawn_worker(options, scratch)
         link = WorkerLink(proc, read_fd, key, started + limit_s, limit_s, plan.mode)
         if on_progress is not None:
             link.on_wait = lambda: on_progress(plan.name, {"event": "wait"})

@@ -9,8 +9,13 @@ command on the CPU.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,15 +23,25 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
+from benchmarks import compare_h200
 from evaluator import protocol
+from evaluator.cli import main
+from evaluator.cli_args import EXIT_FAILED, EXIT_USAGE
+from evaluator.contestant import resolve_contestant
 from evaluator.execution import LocalExecutor, WorkerGone
 from evaluator.paired import PairedCase, PairedSettings, compare_shapes
+from evaluator.paired_results import Comparison, load_comparison, write_comparison
+from evaluator.paired_runner import unique_labels
 from evaluator.paired_stats import FASTER, SAME, SLOWER, RatioRule
 from evaluator.protocol import Harness
 from evaluator.report.compare import NoiseRule
+from evaluator.report.paired import ratio_text, render_comparison
+from evaluator.report.units import format_s
+from evaluator.results import CaseResult, ResultsError, RunResult, StageResult, load_results, write_results
 from evaluator.shapes import Case, ShapeSet, Timing
 from evaluator.stopping import BlockRule
 from evaluator.timing import Measurement
+from tests.conftest import REPO
 
 T = TypeVar("T")
 RULE = RatioRule()
@@ -315,3 +330,175 @@ def test_a_comparison_needs_two_contestants_and_every_repeat() -> None:
     harnesses = [_harness(torch.geqrf, drift.timer(), discard_throttled=True) for _ in range(2)]
     with pytest.raises(ValueError, match="keeps every repeat"):
         list(compare_shapes(harnesses, SHAPES, SETTINGS, random.Random(0)))
+
+
+# ---- the command: workers, the comparison file, its Markdown and pytest-benchmark ----------------
+
+FIXTURES = Path(__file__).parent / "contestants"
+TINY = Path(__file__).parent / "shapes_tiny.yaml"
+SLOWED = FIXTURES / "blocked_wy_slowed.py"
+
+
+def _qrbench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evaluator", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One real comparison on the CPU: geqrf against the 3%-slowed blocked_wy (its own QR under the
+    Triton interpreter, then a host sleep), two tiny cases, a few blocks each."""
+    cwd = tmp_path_factory.mktemp("compare")
+    proc = _qrbench(cwd, "compare", "geqrf", str(SLOWED), "--shapes", str(TINY), "--budget", "60", "--repeats", "3",
+                    "--json", "cmp.json", "--benchmark-json", "pb.json")
+    return cwd, proc
+
+
+@pytest.mark.slow
+def test_the_command_compares_in_workers_and_writes_its_files(compared: tuple[Path, Any]) -> None:
+    cwd, proc = compared
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    comparison = load_comparison(cwd / "cmp.json")
+    assert comparison.labels == ("geqrf", "blocked_wy_slowed")
+    assert comparison.passed  # the slowed copy passes every check: its outputs are blocked_wy's
+    assert [len(case) for case in comparison.orders] == [3, 3]
+    assert comparison.settings["max_blocks"] == 3
+    assert comparison.breakdown_s["kernel"] > 0
+    (summary,) = comparison.summary(RULE)
+    assert summary.geomean is not None
+    assert summary.geomean.blocks == 3
+    assert [len(r.stage("benchmark").cases[0].samples_ns) for r in comparison.runs] == [3, 3]
+    assert "# Paired comparison on tiny: geqrf, blocked_wy_slowed" in proc.stdout
+    assert (cwd / "cmp.md").read_text() == render_comparison(comparison, RULE)
+    assert "compare · case 2/2 2x16 rankdef (3 blocks): blocked_wy_slowed: " in proc.stderr
+    # An ordinary results file too: `qrbench report` reads its runs.
+    assert [r.contestant["name"] for r in load_results(cwd / "cmp.json")] == ["geqrf", "blocked_wy_slowed"]
+
+
+@pytest.mark.slow
+def test_pytest_benchmark_compare_reads_the_paired_samples(compared: tuple[Path, Any]) -> None:
+    cwd, proc = compared
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    comparison = load_comparison(cwd / "cmp.json")
+    doc = json.loads((cwd / "pb.json").read_text())
+    benches = {(b["params"]["contestant"], b["params"]["case"]): b for b in doc["benchmarks"]}
+    case_ids = ("case1-2x8", "case2-2x16-rankdef")
+    assert set(benches) == {(label, case) for label in comparison.labels for case in case_ids}
+    for run in comparison.runs:
+        for case in run.stage("benchmark").cases:
+            bench = benches[(run.contestant["name"], f"case{case.index + 1}-{case.case.label.replace(' ', '-')}")]
+            assert bench["stats"]["data"] == [ns / 1e9 for ns in case.samples_ns]
+    slowed = benches[("blocked_wy_slowed", "case1-2x8")]["extra_info"]
+    assert slowed["time_ratio"] == comparison.summary(RULE)[0].cases[0].time_ratio
+    assert slowed["baseline"] == "geqrf"
+    shown = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", "pb.json", "--group-by", "group"],
+                           cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "benchmark 'tiny case1-2x8': 2 tests" in shown.stdout
+    assert "compare[blocked_wy_slowed-case2-2x16-rankdef]" in shown.stdout
+
+
+def test_a_refused_contestant_leaves_nothing_to_compare(tmp_path: Path) -> None:
+    proc = _qrbench(tmp_path, "compare", "geqrf", str(REPO / "tests" / "exploits" / "side_stream.py"),
+                    "--shapes", str(TINY), "--json", "cmp.json")
+    assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
+    comparison = load_comparison(tmp_path / "cmp.json")
+    assert comparison.reason == "too few contestants passed the submission gates"
+    assert comparison.runs[1].status == "refused"
+    assert comparison.orders == ()
+    assert "- **side_stream** (refused): precheck: [rule stream-word]" in proc.stdout
+    assert "**geqrf** (" not in proc.stdout  # never started: the comparison's own reason says why
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["geqrf"], "at least two contestants"),
+    (["geqrf", "geqrf", "--compat"], "--compat: a comparison runs hardened only"),
+    (["geqrf", "geqrf", "--discard-on-throttle"], "--discard-on-throttle: a comparison keeps every repeat"),
+    (["geqrf", "geqrf", "--min-change", "-1"], "--min-change: min_change must be non-negative"),
+    (["geqrf", "no_such_kernel"], "no_such_kernel: no such contestant"),
+])
+def test_bad_command_lines_are_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", *args, "--device", "cpu"]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_a_kernel_compared_with_itself_is_two_contestants() -> None:
+    geqrf = resolve_contestant("geqrf")
+    assert unique_labels([geqrf, geqrf, geqrf]) == ["geqrf", "geqrf-2", "geqrf-3"]
+
+
+def _run(name: str, cases: list[CaseResult], sha256: str = "0" * 64) -> RunResult:
+    stage = StageResult("benchmark", "benchmark", "pass", tuple(cases))
+    return RunResult({"name": name, "path": f"/x/{name}.py", "sha256": sha256}, "benchmark",
+                     {"name": "fake", "path": "fake.yaml"}, "cpu", "cpu-clock", False, (stage,),
+                     {"device": "cpu", "cpu": "test"})
+
+
+def _comparison(factors: tuple[float, ...] = (1.0, 1.05), names: tuple[str, ...] = ("base", "cand"),
+                drift: float = 0.0, blocks: int = 6) -> Comparison:
+    """A comparison of made-up kernels, each ``factor`` times the first's time (the first
+    two share a file when their names match up to a ``-2``)."""
+    shared = Drift(rate=drift)
+    cases = _compare([torch.geqrf] * len(factors), [shared.timer(f) for f in factors],
+                     PairedSettings(max_blocks=blocks, budget_s=1e3))
+    runs = [_run(name, [c.results[j] for c in cases], hashlib.sha256(name.removesuffix("-2").encode()).hexdigest())
+            for j, name in enumerate(names)]
+    return Comparison(tuple(runs), tuple(c.orders for c in cases), {"max_blocks": blocks, "budget_s": 1e3})
+
+
+def test_the_comparison_file_round_trips_and_is_checked(tmp_path: Path) -> None:
+    comparison = _comparison()
+    path = tmp_path / "cmp.json"
+    write_comparison(path, comparison, RULE)
+    assert load_comparison(path) == comparison
+    (summary,) = comparison.summary(RULE)
+    assert summary.geomean.verdict == SLOWER
+    assert summary.count(SLOWER) == 3
+    written = json.loads(path.read_text())["comparison"]["summary"]["candidates"]["cand"]["geomean"]
+    assert written == summary.geomean.to_dict()
+
+    doc = json.loads(path.read_text())
+    doc["comparison"]["orders"][0] = doc["comparison"]["orders"][0][:-1]  # a block lost
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match="case 1: base has 6 samples but ran in 5 blocks"):
+        load_comparison(path)
+    doc["comparison"]["schema_version"] = 99
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match="comparison schema_version 99"):
+        load_comparison(path)
+    write_results(path, list(comparison.runs))
+    with pytest.raises(ResultsError, match="without a comparison"):
+        load_comparison(path)
+
+
+def test_the_markdown_gives_the_ratio_interval_and_verdict_of_every_case() -> None:
+    comparison = _comparison()
+    text = render_comparison(comparison, RULE)
+    (summary,) = comparison.summary(RULE)
+    assert ratio_text(summary.geomean) in text
+    assert ratio_text(summary.geomean).endswith(" slower")
+    for estimate in summary.cases:
+        assert ratio_text(estimate) in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| cand ")]
+    assert [cell.strip() for cell in row.strip("|").split("|")] == [
+        "cand", "pass", format_s(comparison.runs[1].score_s), ratio_text(summary.geomean),
+        "0 / 3 / 0"]  # faster / slower / same, by case
+
+
+@pytest.mark.parametrize(("slowdown", "held"), [(1.03, 0), (1.0, 1)])
+def test_the_gpu_check_script_judges_the_issues_three_checks(slowdown: float, held: int, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/compare_h200.py on made-up files: a drifting lab, blocked_wy compared with itself
+    and with a copy slowed by ``slowdown``, and two separate runs."""
+    comparison = _comparison((1.0, 1.0, slowdown), ("blocked_wy", "blocked_wy-2", "slowed"), drift=3e-4, blocks=30)
+    write_comparison(tmp_path / "cmp.json", comparison, RULE)
+    drift = Drift(rate=3e-4)
+    separate = [_run("blocked_wy", _separate_run(drift.timer())), _run("blocked_wy", _separate_run(drift.timer()))]
+    write_results(tmp_path / "separate.json", separate)
+    assert compare_h200.main([str(tmp_path / "cmp.json"), str(tmp_path / "separate.json")]) == held
+    out = capsys.readouterr().out
+    assert "holds: blocked_wy against itself: the interval holds 1" in out
+    assert "holds: ... and is narrower than the separate runs'" in out
+    assert ("holds" if slowdown > 1 else "FAILS") + ": the 3%-slowed copy reads slower" in out
