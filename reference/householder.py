@@ -84,5 +84,5 @@ def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) 
         j0 = j * block
         vj = v_blocks[:, j, j0:, :]
         trailing = q[:, j0:, j0:]
-        trailing -= vj @ (t[:, j] @ (vj.transpose(-1, -2) @ trailing))
+        trailing.baddbmm_(vj, t[:, j] @ (vj.transpose(-1, -2) @ trailing), alpha=-1.0)  # in place, no temporary
     return q
