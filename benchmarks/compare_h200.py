@@ -4,9 +4,12 @@ On the GPU, one comparison of blocked_wy against itself and against a copy slowe
 (``tests/contestants/blocked_wy_slowed.py``), and two separate benchmark runs of blocked_wy::
 
     qrbench compare blocked_wy blocked_wy tests/contestants/blocked_wy_slowed.py --shapes qr_v2 \\
-        --budget 2 --repeats 300 --json results/compare.json
+        --budget 4 --repeats 400 --json results/compare.json
     qrbench benchmark blocked_wy blocked_wy --shapes qr_v2 --budget 1 --repeats 100 --json results/separate.json
     python -m benchmarks.compare_h200 results/compare.json results/separate.json
+
+(Two results files can stand for the separate runs too, the first run of each: e.g. the committed
+``reports/h200/2026-12-01-blocked_wy-benchmark-qr_v2.json`` and ``...-leaderboard-qr_v2.json``.)
 
 This prints, with one rule (:class:`~evaluator.paired_stats.RatioRule`'s defaults), each
 candidate's geometric-mean time ratio to the baseline with its interval: paired over the
@@ -44,7 +47,9 @@ def _width(estimate: RatioEstimate | None) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("comparison", type=Path, help="qrbench compare's results file")
-    parser.add_argument("separate", type=Path, help="a results file with two benchmark runs of the baseline")
+    parser.add_argument("separate", type=Path, nargs="+",
+                        help="the two separate runs of the baseline: one results file holding both, or two files "
+                             "(the first run of each); each run's scored stage (ranked, else benchmark) is used")
     args = parser.parse_args(argv)
     rule = RatioRule()
     comparison = load_comparison(args.comparison)
@@ -59,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             self_paired = summary.geomean
         else:
             slowed = summary.geomean
-    first, second = load_results(args.separate)[:2]
-    stages = [first.scored_stage, second.scored_stage]
-    if any(s is None or not s.passed for s in stages):
-        raise SystemExit(f"{args.separate}: the two separate runs must both have passed a timed stage")
+    runs = [r for path in args.separate for r in load_results(path)[: 2 if len(args.separate) == 1 else 1]]
+    stages = [run.scored_stage for run in runs]
+    if len(stages) != 2 or any(s is None or not s.passed for s in stages):
+        raise SystemExit(f"{', '.join(map(str, args.separate))}: need two separate runs, each with a timed stage "
+                         "that passed")
     pairs = [(a.samples_ns, b.samples_ns) for a, b in zip(stages[0].cases, stages[1].cases, strict=True)]
     separate = rule.geomean_ratio(pairs, paired=False)
     rows.append(_row("separate runs: second / first", separate))

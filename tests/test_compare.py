@@ -502,3 +502,8 @@ def test_the_gpu_check_script_judges_the_issues_three_checks(slowdown: float, he
     assert "holds: blocked_wy against itself: the interval holds 1" in out
     assert "holds: ... and is narrower than the separate runs'" in out
     assert ("holds" if slowdown > 1 else "FAILS") + ": the 3%-slowed copy reads slower" in out
+    for i, run in enumerate(separate):  # the separate runs from two files, the first run of each
+        write_results(tmp_path / f"run{i}.json", [run, separate[1 - i]])
+    assert compare_h200.main([str(tmp_path / "cmp.json"), str(tmp_path / "run0.json"), str(tmp_path / "run1.json")]) \
+        == held
+    assert capsys.readouterr().out == out
