@@ -23,6 +23,7 @@ from tabulate import tabulate
 from evaluator.cli_args import pick_device
 from evaluator.contestant import resolve_contestant
 from evaluator.ledger import ACTIVITIES
+from evaluator.modes import SECRET_STAGE
 from evaluator.results import RunResult, write_results
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
@@ -34,6 +35,25 @@ def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool) -> 
     options = RunOptions(device=device, compat=compat)
     run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options)
     return run, time.monotonic() - start
+
+
+def _agreement(hardened: RunResult, compat: RunResult) -> str:
+    """Each timed stage's per-case means and geomean, hardened against ``--compat``, and the worst
+    case's difference (issue #20: geomean within 2%, every case within 3%, same verdicts)."""
+    lines = []
+    for stage in ("benchmark", "ranked", SECRET_STAGE):
+        h, c = hardened.stage(stage), compat.stage(stage)
+        if h is None or c is None:
+            continue
+        pairs = [(hc, cc) for hc, cc in zip(h.cases, c.cases, strict=False) if hc.stats and cc.stats]
+        if not pairs:
+            continue
+        ratios = [hc.stats.mean_ns / cc.stats.mean_ns for hc, cc in pairs]  # type: ignore[union-attr]
+        worst = max(pairs, key=lambda p: abs(p[0].stats.mean_ns / p[1].stats.mean_ns - 1))  # type: ignore[union-attr]
+        geo = (h.geomean_s() or 0.0) / (c.geomean_s() or 1.0)
+        lines.append(f"{stage}: geomean hardened/compat {geo:.4f}; per case {min(ratios):.4f} to {max(ratios):.4f} "
+                     f"(worst {worst[0].case.label}); verdicts {h.status}/{c.status}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         run_contestant(resolve_contestant(args.contestant), mode, resolve_shapes(shapes),
                        RunOptions(device=device, timing={"benchmark_repeats": 1, "benchmark_warmup_repeats": 1}))
     chosen = {"both": (False, True), "hardened": (False,), "compat": (True,)}[args.protocols]
-    runs = {compat: _timed_run(args.contestant, shapes, device, compat) for compat in chosen}
-    write_results(args.json, [run for run, _ in runs.values()])
+    runs: dict[bool, tuple[RunResult, float]] = {}
+    for compat in chosen:  # saved after each, so a cut-off second run loses only itself
+        runs[compat] = _timed_run(args.contestant, shapes, device, compat)
+        write_results(args.json, [run for run, _ in runs.values()])
     rows = [[("--compat" if compat else "hardened"), stage.name, stage.status, f"{stage.wall_s:.1f}",
              *(f"{stage.breakdown_s[a]:.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]
             for compat, (run, _) in runs.items() for stage in run.stages]
     print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
+    if len(runs) == 2:
+        print(_agreement(runs[False][0], runs[True][0]))
     walls = ", ".join(f"{'--compat' if compat else 'hardened'} {wall:.1f} s" for compat, (_, wall) in runs.items())
     ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
     print(f"\n{args.contestant} on {shapes} ({device}): {walls}{ratio}; results: {args.json}")

@@ -1,0 +1,24 @@
+"""``python -m benchmarks.time_to_verdict``: both protocols' full ranked submission, in CI's time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import time_to_verdict
+from evaluator.results import load_results
+
+
+def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ttv.json"
+    assert time_to_verdict.main(["geqrf", "--device", "cpu", "--json", str(out)]) == 0
+    runs = load_results(out)
+    assert [run.compat for run in runs] == [False, True]
+    for run in runs:
+        assert [s.name for s in run.stages] == ["test", "benchmark", "ranked", "ranked-secret"]
+        assert run.passed
+    assert all(s.breakdown_s for s in runs[0].stages)  # hardened stages say where their time went
+    printed = capsys.readouterr().out
+    assert "ratio" in printed
+    assert "ranked: geomean hardened/compat" in printed
