@@ -25,7 +25,10 @@ from evaluator.axes import (
 from evaluator.cli import main
 from evaluator.contestant import contest_modules, load_kernel, resolve_contestant
 from evaluator.report.compare import SLOWER, build_report
-from evaluator.results import load_results
+from evaluator.results import CaseResult, StageResult, load_results
+from evaluator.runner import RunOptions, new_run
+from evaluator.shapes import load_shapes
+from evaluator.sweep import _Sweep
 
 FIXTURES = Path(__file__).parent / "contestants"
 KNOBBED = str(FIXTURES / "knobbed.py")
@@ -128,6 +131,28 @@ def test_the_bundled_contestants_expose_their_kernels_axes(name: str) -> None:
         kernel = load_kernel(contestant)
         module = __import__(f"reference_kernels.{name}.knobs", fromlist=["PLAN_AXES"])
         assert declared_axes(kernel) == plain_axes(module.PLAN_AXES)
+
+
+def test_a_stage_stopped_mid_sweep_splits_into_finished_and_stopped_variants() -> None:
+    """A timeout in the second variant: the first keeps its pass, the second and the third (not
+    reached) carry the stage's status and reason, each with its own cases re-indexed from 0."""
+    shapes = load_shapes(TINY)
+    contestant = resolve_contestant(KNOBBED)
+    base = new_run(contestant, "benchmark", shapes, RunOptions(device="cpu"))
+    sweep = _Sweep(contestant, shapes, {"sleep_ms": ("5", "20")}, base, None, None)
+    sweep.grid = variants("knobbed", {"sleep_ms": (5, 20)})
+    a, b = shapes.benchmarks
+    statuses = ["pass", "pass", "timeout", "skipped", "skipped", "skipped"]
+    cases = tuple(CaseResult(i, (a, b)[i % 2], status) for i, status in enumerate(statuses))
+    stage = StageResult("benchmark", "benchmark", "timeout", cases, reason="exceeded the 60 s limit")
+    runs = sweep.runs(stage, {"device": "cpu"})
+    assert [(r.contestant["name"], r.status) for r in runs] == [
+        ("knobbed", "pass"), ("knobbed[sleep_ms=5]", "timeout"), ("knobbed[sleep_ms=20]", "timeout")]
+    assert [c.index for c in runs[1].stages[0].cases] == [0, 1]
+    assert runs[0].stages[0].reason == ""
+    assert runs[1].stages[0].reason == runs[2].stages[0].reason == "exceeded the 60 s limit"
+    assert [r.params for r in runs] == [{}, {"sleep_ms": 5}, {"sleep_ms": 20}]
+    assert all(r.environment == {"device": "cpu"} for r in runs)
 
 
 def test_a_sweep_times_every_variant_in_one_worker_and_report_judges_each(capsys, tmp_path: Path,
