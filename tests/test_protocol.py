@@ -478,3 +478,15 @@ def test_a_hostile_signed_line_is_a_channel_error_not_a_crash(body: str) -> None
         Reader(key).decode(line)
     with pytest.raises(ChannelError):
         Reader(key).decode(b"[" * 100_000)
+
+
+def test_all_equal_decides_a_repeat_at_once_and_falls_back_on_any_doubt() -> None:
+    a = [torch.arange(6.0).reshape(2, 3), torch.ones(4)]
+    assert protocol._all_equal(a, [t.clone() for t in a])
+    changed = [a[0].clone(), torch.ones(4)]
+    changed[1][2] = 0.0
+    assert not protocol._all_equal(a, changed)
+    assert not protocol._all_equal([torch.tensor([float("nan")])] * 2, [torch.tensor([float("nan")])] * 2)
+    assert not protocol._all_equal([torch.ones(2, 3)], [torch.ones(3, 2)])  # one pair: torch.equal itself
+    assert not protocol._all_equal([torch.ones(6), torch.ones(2)], [torch.ones(2, 3), torch.ones(2)])  # same numel
+    assert not protocol._all_equal(a, a[:1])
