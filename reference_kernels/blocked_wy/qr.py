@@ -116,6 +116,9 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 # sections cited per entry. The committed results behind the table as it stands (these plans, code
 # of 9723895): reports/h200/2026-12-01-blocked_wy-leaderboard-qr_v2.json, whose ranked-pass mean
 # per size each entry quotes ("ranked"); 2026-11-30-kernel_table-qr_v2.json has the same plans.
+# Panel warps are also confirmed by `qrbench sweep` under the evaluator's protocol:
+# reports/h200/2026-12-01-blocked_wy-sweep-panel_warps-qr_v2.json (2, 4 and 8 at 40x352, 640x512 and
+# 60x1024; `qrbench report FILE --baseline blocked_wy` gives no variant faster by the report's 5%).
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 20x32: pairs (0.021 vs 0.034 ms one by one, §W6), two panel warps (0.0325 vs 0.0347 ms
     # median under the evaluator's timer, §W10). Ranked 35.3 us.
@@ -126,15 +129,17 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
                tiles=UpdateTiles(subtract_bm=32, fused=True))),
     # 40x352: four panel warps (0.58 vs 0.78 ms, §W4), no top tile (§W-plans), pairs (0.512 vs 0.539,
     # §W10), the update in one launch (0.505 and 0.507 vs 0.514 and 0.531, §W11). Ranked 0.503 ms.
+    # Sweep: four warps 0.491 ms, two 2.2 ms, eight 0.623 ms.
     (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(fused=True))),
     # 640x512: nb 64 and leaves of 16 (§W3), two panel warps (7.99 vs 8.16 ms, §W4), the top tile
     # (7.93 vs 8.01, §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for
-    # the mixed update, §W11). Ranked 7.29 ms.
+    # the mixed update, §W11). Ranked 7.29 ms. Sweep: two warps 7.21 ms, four 7.46, eight 7.85.
     (1023, Plan(nb=64, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
     # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
-    # 5.76 for two launches, §W11). Ranked 5.18 ms.
+    # 5.76 for two launches, §W11). Ranked 5.18 ms. Sweep: eight warps 5.04 and 5.13 ms (two runs of the
+    # same plan), four 4.92 (4% faster: under the 5% that changes a plan), two 14.4.
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
                 tiles=FUSED_ROWS_64)),
     # 8x2048: 128-column panels with the cuBLAS split-TF32 update (9.29 vs 9.67 ms, §W4); eight
