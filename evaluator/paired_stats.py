@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluator.stats import BootstrapRule
+
 __all__ = ["FASTER", "SAME", "SLOWER", "RatioEstimate", "RatioRule"]
 
 FASTER, SLOWER, SAME = "faster", "slower", "same"
@@ -56,24 +58,13 @@ class RatioEstimate:
 
 
 @dataclass(frozen=True)
-class RatioRule:
+class RatioRule(BootstrapRule):
     """Faster or slower only when the ``confidence`` bootstrap interval of the time ratio excludes
     1 and the ratio differs from 1 by at least ``min_change`` (1% by default: a paired comparison
     has no drift between runs to absorb, so the threshold is the smallest change worth naming);
     else same. ``resamples`` bootstrap draws from a generator seeded with ``seed``."""
 
     min_change: float = 0.01
-    confidence: float = 0.99
-    resamples: int = 2000
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.min_change >= 0:
-            raise ValueError(f"min_change must be non-negative, got {self.min_change}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be between 0 and 1, got {self.confidence}")
-        if self.resamples < 100:
-            raise ValueError(f"resamples must be at least 100, got {self.resamples}")
 
     def verdict(self, time_ratio: float, low: float | None, high: float | None) -> str:
         """Slower, faster or same for a ratio and its interval (see the class docstring)."""

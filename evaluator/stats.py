@@ -6,7 +6,28 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-__all__ = ["Stats", "geomean"]
+__all__ = ["BootstrapRule", "Stats", "geomean"]
+
+
+@dataclass(frozen=True)
+class BootstrapRule:
+    """What a faster / slower / same verdict from a bootstrap interval needs: the smallest change
+    worth naming (``min_change``), the interval's ``confidence``, and ``resamples`` draws from a
+    generator seeded with ``seed`` (so a verdict is reproducible). The report's verdict between
+    separate runs and a paired comparison's each derive from it with their own defaults."""
+
+    min_change: float = 0.05
+    confidence: float = 0.99
+    resamples: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.min_change >= 0:
+            raise ValueError(f"min_change must be non-negative, got {self.min_change}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be between 0 and 1, got {self.confidence}")
+        if self.resamples < 100:
+            raise ValueError(f"resamples must be at least 100, got {self.resamples}")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from evaluator.environment import gpu_key
 from evaluator.modes import Mode
 from evaluator.results import CaseResult, RunResult
 from evaluator.shapes import Timing
+from evaluator.stats import BootstrapRule
 
 __all__ = [
     "FASTER",
@@ -71,7 +72,7 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class NoiseRule:
+class NoiseRule(BootstrapRule):
     """Faster or slower only when the ``confidence`` bootstrap interval of the speedup excludes
     1 and the speedup is at least ``1 + min_change`` (or at most its inverse); else same.
 
@@ -81,17 +82,6 @@ class NoiseRule:
     """
 
     min_change: float = 0.05
-    confidence: float = 0.99
-    resamples: int = 2000
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.min_change >= 0:
-            raise ValueError(f"min_change must be non-negative, got {self.min_change}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be between 0 and 1, got {self.confidence}")
-        if self.resamples < 100:
-            raise ValueError(f"resamples must be at least 100, got {self.resamples}")
 
     def compare(self, baseline_ns: Sequence[float], candidate_ns: Sequence[float]) -> Comparison:
         """The verdict of ``candidate_ns`` against ``baseline_ns`` (raw per-repeat times)."""
