@@ -22,7 +22,7 @@ from tabulate import tabulate
 
 from evaluator.cli_args import pick_device
 from evaluator.contestant import resolve_contestant
-from evaluator.ledger import ACTIVITIES
+from evaluator.measure.ledger import ACTIVITIES
 from evaluator.modes import SECRET_STAGE
 from evaluator.results import RunResult, write_results
 from evaluator.runner import RunOptions, run_contestant

@@ -35,8 +35,8 @@ from evaluator.cli_args import (
     add_run_options,
     precheck_text,
 )
+from evaluator.hardening.precheck import precheck_file
 from evaluator.modes import MODE_NAMES, Mode
-from evaluator.precheck import precheck_file
 
 __all__ = ["main"]
 

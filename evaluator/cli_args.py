@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evaluator.contestant import CONTESTANTS_DIR, Contestant, ContestantError, discover_contestants, resolve_contestant
-from evaluator.precheck import KERNELGUARD_POLICIES, Precheck
+from evaluator.hardening.precheck import KERNELGUARD_POLICIES, Precheck
 
 if TYPE_CHECKING:
     from evaluator.shapes import ShapeSet
@@ -102,7 +102,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_kernelguard_option(p: argparse.ArgumentParser) -> None:
-    """How the kernelguard gate (evaluator.precheck) treats its verdict: runs and ``qrbench check`` share it."""
+    """How the kernelguard gate (evaluator.hardening.precheck) treats its verdict: runs and
+    ``qrbench check`` share it."""
     p.add_argument("--kernelguard", choices=KERNELGUARD_POLICIES, default="enforce",
                    help="enforce: a file kernelguard filters, or one it cannot check, is refused, as the service "
                         "does; warn: report, refuse nothing; off: do not run it (default: enforce)")

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from evaluator import guards
+from evaluator.hardening import guards
 
 __all__ = ["deliver", "deliver_all", "received", "snapshot"]
 

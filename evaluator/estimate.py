@@ -4,7 +4,7 @@ A short pilot in one hardened worker measures what a run's wall time is made of:
 case once, then each benchmark case through the real protocol (correctness pass, then a few
 timed repeats with fresh inputs and every output checked), and the worker's start, calibration
 and load. From the pilot's per-call mean, its repeat-to-repeat noise and the wall time of a
-repeat, the contest's stopping rule itself (:class:`~evaluator.stopping.ContestRule`, played on
+repeat, the contest's stopping rule itself (:class:`~evaluator.measure.stopping.ContestRule`, played on
 samples with the pilot's mean and noise) predicts the repeats of every timed pass, and so each
 stage's wall. The contest's protocol is predicted from the same pilot with its own costs: the
 published checker (timed here once per shape) on every output of every repeat, no fresh inputs,
@@ -28,12 +28,12 @@ from tabulate import tabulate
 
 from evaluator.contestant import Contestant
 from evaluator.execution import Executor
+from evaluator.measure.stopping import ContestRule
 from evaluator.modes import STAGES_BY_MODE, Mode, stage_mode
 from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness, benchmark_case, combine_seed, test_case
 from evaluator.results import CaseResult
 from evaluator.runner import RunOptions, StagePlan, run_stage
 from evaluator.shapes import Case, ShapeSet, Timing
-from evaluator.stopping import ContestRule
 from reference.checker import verdict
 from reference.inputs import generate_input
 

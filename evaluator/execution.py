@@ -19,8 +19,8 @@ from typing import Literal, Protocol
 
 import torch
 
-from evaluator import guards
-from evaluator.timing import Measurement, Timer, synchronize
+from evaluator.hardening import guards
+from evaluator.measure.timing import Measurement, Timer, synchronize
 
 __all__ = ["Executor", "Handed", "KernelError", "LocalExecutor", "Profile", "Returned", "WorkerGone", "profiled"]
 

@@ -11,7 +11,7 @@ in a normal run, all on one device, and one parent drives them case by case:
    one timed repeat of that same content, in an order drawn at random for the block, with the
    parent's L2 flush, hand-over and checks of a benchmark repeat
    (:func:`evaluator.protocol._timed_repeat`); the first ``warmup_blocks`` blocks are discarded;
-3. until the :class:`~evaluator.stopping.BlockRule` is met (judged on the per-block ratios, the
+3. until the :class:`~evaluator.measure.stopping.BlockRule` is met (judged on the per-block ratios, the
    figure a comparison reports), or the case's budget or block cap is reached;
 4. then each contestant's case rules (parent clock, stream join, physical floor).
 
@@ -31,8 +31,11 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from evaluator.clocks import RepeatLog
 from evaluator.execution import Handed, WorkerGone
+from evaluator.measure.clocks import RepeatLog
+from evaluator.measure.stats import Stats
+from evaluator.measure.stopping import BlockRule
+from evaluator.measure.timing import Measurement
 from evaluator.protocol import (
     Harness,
     Progress,
@@ -46,9 +49,6 @@ from evaluator.protocol import (
 )
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
-from evaluator.stats import Stats
-from evaluator.stopping import BlockRule
-from evaluator.timing import Measurement
 
 __all__ = ["PairedCase", "PairedSettings", "compare_case", "compare_shapes"]
 

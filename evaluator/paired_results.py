@@ -48,7 +48,7 @@ class Comparison:
     """What one ``qrbench compare`` measured. ``runs[0]`` is the baseline; every run has one
     ``benchmark`` stage over the same cases. ``settings`` holds how blocks were run (block cap,
     budget, warm-up blocks, the block rule), ``breakdown_s`` where ``wall_s`` went by activity
-    (:mod:`evaluator.ledger`, all workers together), ``reason`` a problem of the comparison as a
+    (:mod:`evaluator.measure.ledger`, all workers together), ``reason`` a problem of the comparison as a
     whole (what the containment found: with several workers at once it cannot say whose)."""
 
     runs: tuple[RunResult, ...]

@@ -5,7 +5,7 @@ Contestants never share a process. Each gets what a normal hardened run gives it
 service's submission gates first, a worker of its own with its scratch directory
 (:func:`evaluator.runner.spawn_worker`), the hand-over allowance measured before its kernel is
 imported, and every hardening rule (:func:`evaluator.runner.hardened_harness`). The workers live
-at the same time, so they share one containment (:func:`evaluator.containment.contained_stage`
+at the same time, so they share one containment (:func:`evaluator.hardening.containment.contained_stage`
 with every contestant's scratch directory): processes left behind and writes into the project
 are found once all of them are gone, and fail the comparison as a whole, because no single worker
 can be named for them.
@@ -32,16 +32,16 @@ from typing import Any
 
 import torch
 
-from evaluator.channel import new_key
-from evaluator.containment import contained_stage, worker_scratch
 from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
-from evaluator.ledger import Ledger
+from evaluator.hardening.channel import new_key
+from evaluator.hardening.containment import contained_stage, worker_scratch
+from evaluator.hardening.precheck import Precheck, precheck_file
+from evaluator.measure.ledger import Ledger
 from evaluator.modes import Mode
 from evaluator.paired import PairedCase, PairedSettings, compare_shapes
 from evaluator.paired_results import Comparison
-from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import Harness
 from evaluator.remote import WorkerLink
 from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluator.stats import BootstrapRule
+from evaluator.measure.stats import BootstrapRule
 
 __all__ = ["FASTER", "SAME", "SLOWER", "RatioEstimate", "RatioRule"]
 

@@ -5,7 +5,7 @@ through a callback. Where the kernel runs is the :class:`~evaluator.execution.Ex
 business: in a hardened run these functions run in the parent, which makes every input, checks
 every output and judges every time while the kernel sits in a worker of its own
 (:mod:`evaluator.remote`); a ``--compat`` worker runs them beside the kernel, as the contest does.
-With :class:`~evaluator.guards.Hardening` all on (the default) the holes of docs/problem.md §5 are closed;
+With :class:`~evaluator.hardening.guards.Hardening` all on (the default) the holes of docs/problem.md §5 are closed;
 ``Hardening.compat()`` runs the contest's protocol step for step.
 """
 
@@ -19,18 +19,18 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from evaluator import guards
-from evaluator.clocks import ClockSampler, NullSampler, RepeatLog
 from evaluator.delivery import snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
-from evaluator.guards import Hardening, PhysicalFloor
-from evaluator.ledger import Ledger
+from evaluator.hardening import guards
+from evaluator.hardening.guards import Hardening, PhysicalFloor
+from evaluator.measure.clocks import ClockSampler, NullSampler, RepeatLog
+from evaluator.measure.ledger import Ledger
+from evaluator.measure.stats import Stats
+from evaluator.measure.stopping import ContestRule
+from evaluator.measure.timing import Measurement, synchronize
 from evaluator.modes import Mode
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
-from evaluator.stats import Stats
-from evaluator.stopping import ContestRule
-from evaluator.timing import Measurement, synchronize
 from reference.checker import QMethod, Verdict, verdict
 from reference.inputs import CASES, generate_input
 
@@ -79,7 +79,7 @@ class Harness:
 
     ``clock`` is the wall clock (ns) of the stopping rule, injectable for tests. ``sampler``
     reads the GPU's clocks around each timed repeat; with ``discard_throttled`` a repeat the GPU
-    throttled in is left out of the stopping rule and the statistics (:mod:`evaluator.clocks`).
+    throttled in is left out of the stopping rule and the statistics (:mod:`evaluator.measure.clocks`).
     """
 
     executor: Executor

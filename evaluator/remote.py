@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
-from evaluator.channel import ChannelError, Reader
 from evaluator.delivery import received, snapshot
 from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGone
-from evaluator.guards import rule_message
 from evaluator.handover import HandoverArena
-from evaluator.ledger import Ledger
-from evaluator.timing import L2Flush, Measurement, synchronize
+from evaluator.hardening.channel import ChannelError, Reader
+from evaluator.hardening.guards import rule_message
+from evaluator.measure.ledger import Ledger
+from evaluator.measure.timing import L2Flush, Measurement, synchronize
 
 __all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "frame"]
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
-from evaluator.clocks import RepeatClocks
+from evaluator.hardening.precheck import Precheck
 from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, case_margins, gate_fractions, margin_warning, tightest
+from evaluator.measure.clocks import RepeatClocks
+from evaluator.measure.stats import Stats, geomean
 from evaluator.modes import STAGES_BY_MODE
-from evaluator.precheck import Precheck
 from evaluator.shapes import Case
-from evaluator.stats import Stats, geomean
 
 __all__ = [
     "INTERRUPTED",
@@ -43,7 +43,7 @@ KIND = "qrbench-results"
 # a worker that died, "timeout" a run stopped at its time limit, "skipped" a case never reached.
 # A run whose stages all passed but that lacks some of its mode's stages (it was stopped, or
 # its file was written mid-run) is "incomplete", never "pass". A run the submission gates
-# (evaluator.precheck) refused has no stages and is "refused". A stage whose file was written while
+# (evaluator.hardening.precheck) refused has no stages and is "refused". A stage whose file was written while
 # it ran is "running"; one the user stopped (Ctrl-C, or the reader of qrbench's output went away) is
 # "interrupted", and so is its run: neither a pass nor the kernel's failure.
 PASSED = "pass"
@@ -122,7 +122,7 @@ class StageResult:
 
     ``name`` is the stage's role (``test``, ``benchmark``, ``ranked``, ``ranked-secret``,
     ``profile``); ``seed`` is the secret seed combined into every spec seed, if any;
-    ``breakdown_s`` is where ``wall_s`` went, by activity (:mod:`evaluator.ledger`; hardened
+    ``breakdown_s`` is where ``wall_s`` went, by activity (:mod:`evaluator.measure.ledger`; hardened
     stages only). ``output`` is the tail of the worker's stdout and stderr (what the kernel
     printed, capped), kept for debugging a failure.
     """

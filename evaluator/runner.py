@@ -28,22 +28,22 @@ from typing import Any
 
 import torch
 
-from evaluator.channel import ChannelError, new_key
-from evaluator.clocks import ClockSampler, sampler_for
-from evaluator.containment import contained_stage, worker_env, worker_scratch
 from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
-from evaluator.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.handover import HandoverArena
-from evaluator.ledger import Ledger
+from evaluator.hardening.channel import ChannelError, new_key
+from evaluator.hardening.containment import contained_stage, worker_env, worker_scratch
+from evaluator.hardening.guards import Hardening, PhysicalFloor, rule_message
+from evaluator.hardening.precheck import Precheck, precheck_file
+from evaluator.hardening.sandbox import Scratch
 from evaluator.margin import DEFAULT_MARGIN_WARN
+from evaluator.measure.clocks import ClockSampler, sampler_for
+from evaluator.measure.ledger import Ledger
 from evaluator.modes import SECRET_STAGE, STAGES_BY_MODE, Mode, stage_mode
-from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import CASE_MODES, Harness, combine_seed, run_profile
 from evaluator.remote import RemoteExecutor, WorkerLink
 from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult, StageResult
-from evaluator.sandbox import Scratch
 from evaluator.shapes import Case, ShapeSet, Timing
 
 __all__ = [
@@ -71,10 +71,10 @@ class RunOptions:
     """How to run: ``device`` is "cuda" or "cpu"; ``seed`` is combined into every spec seed as
     the contest's POPCORN_SEED is; ``compat`` runs the contest's exact protocol. ``precheck``
     runs the contest service's submission gates first (off only for lab work), with kernelguard
-    under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.precheck`). ``margin_warn``:
+    under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.hardening.precheck`). ``margin_warn``:
     warn when a passing case's numerical margin is under this factor (:mod:`evaluator.margin`);
     ``discard_on_throttle`` leaves repeats the GPU throttled in out of the statistics
-    (:mod:`evaluator.clocks`; hardened runs only: the contest's protocol keeps every repeat)."""
+    (:mod:`evaluator.measure.clocks`; hardened runs only: the contest's protocol keeps every repeat)."""
 
     device: str
     seed: int | None = None
@@ -312,7 +312,7 @@ def run_stage(
     Hardened, the parent runs the mode itself against a worker that holds only the kernel
     (:mod:`evaluator.remote`); with ``--compat`` the worker runs the mode, as the contest's does.
     Either way the worker's leftover processes are killed afterwards and what it wrote into the
-    project is undone and named (:mod:`evaluator.sandbox`). ``cases_of`` (hardened only) yields the
+    project is undone and named (:mod:`evaluator.hardening.sandbox`). ``cases_of`` (hardened only) yields the
     stage's cases in place of the mode's (:mod:`evaluator.sweep`), ``shapes`` listing them all.
     """
     if cases_of is not None and options.compat:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from evaluator.axes import AxisError, Requested, Variant, plain_axes, resolve, variant_count, variants
 from evaluator.contestant import Contestant
 from evaluator.execution import KernelError
+from evaluator.hardening.precheck import Precheck, precheck_file
 from evaluator.modes import Mode
-from evaluator.precheck import Precheck, precheck_file
 from evaluator.protocol import Harness, combine_seed, run_benchmark
 from evaluator.remote import RemoteExecutor
 from evaluator.results import PASSED, CaseResult, RunResult, StageResult

@@ -1,12 +1,12 @@
 """The worker: a fresh process that imports one contestant and runs its kernel.
 
 Started by :mod:`evaluator.runner` as ``python -m evaluator.worker FD``. Its first stdin line is
-the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.channel`).
+the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.hardening.channel`).
 
 - Hardened (``isolated``): the worker serves the parent's commands (:mod:`evaluator.remote`):
   map the parent's buffers, call the kernel, time a repeat with CUDA events, copy outputs back.
   Everything it needs is built before the kernel is imported, and the sandbox closes just
-  before the import (:mod:`evaluator.sandbox`). It decides nothing: inputs, checks, statistics
+  before the import (:mod:`evaluator.hardening.sandbox`). It decides nothing: inputs, checks, statistics
   and the results file are the parent's.
 - ``--compat``: the contest's arrangement. The worker runs the whole mode beside the kernel
   (:mod:`evaluator.protocol` over a :class:`~evaluator.execution.LocalExecutor`) and sends each
@@ -29,19 +29,19 @@ from typing import Any, BinaryIO
 import torch
 
 from evaluator.axes import axes_reply, configure_kernel
-from evaluator.channel import Writer
-from evaluator.clocks import sampler_for
 from evaluator.compat.utils import set_seed
-from evaluator.containment import enter_worker_sandbox
 from evaluator.contestant import Contestant, ContestantError, contest_modules, load_kernel
 from evaluator.delivery import deliver, deliver_all
 from evaluator.execution import LocalExecutor, profiled
-from evaluator.guards import Hardening
 from evaluator.handover import attach
+from evaluator.hardening.channel import Writer
+from evaluator.hardening.containment import enter_worker_sandbox
+from evaluator.hardening.guards import Hardening
+from evaluator.measure.clocks import sampler_for
+from evaluator.measure.timing import make_timer, synchronize
 from evaluator.modes import Mode
 from evaluator.protocol import CASE_MODES, Harness, error_text, run_profile
 from evaluator.shapes import ShapeSet
-from evaluator.timing import make_timer, synchronize
 
 __all__ = ["main"]
 

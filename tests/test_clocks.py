@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluator import clocks
 from evaluator.cli import main
-from evaluator.clocks import (
+from evaluator.hardening.guards import Hardening
+from evaluator.margin import DEFAULT_MARGIN_WARN
+from evaluator.measure import clocks
+from evaluator.measure.clocks import (
     ClockSample,
     ClockSummary,
     NullSampler,
@@ -26,8 +28,6 @@ from evaluator.clocks import (
     reason_names,
     sampler_for,
 )
-from evaluator.guards import Hardening
-from evaluator.margin import DEFAULT_MARGIN_WARN
 from evaluator.protocol import BenchSettings, benchmark_case
 from evaluator.report.compare import build_report
 from evaluator.report.markdown import render_markdown

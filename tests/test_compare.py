@@ -29,6 +29,8 @@ from evaluator.cli import main
 from evaluator.cli_args import EXIT_FAILED, EXIT_USAGE
 from evaluator.contestant import resolve_contestant
 from evaluator.execution import LocalExecutor, WorkerGone
+from evaluator.measure.stopping import BlockRule
+from evaluator.measure.timing import Measurement
 from evaluator.paired import PairedCase, PairedSettings, compare_shapes
 from evaluator.paired_results import Comparison, load_comparison, write_comparison
 from evaluator.paired_runner import unique_labels
@@ -39,8 +41,6 @@ from evaluator.report.paired import ratio_text, render_comparison
 from evaluator.report.units import format_s
 from evaluator.results import CaseResult, ResultsError, RunResult, StageResult, load_results, write_results
 from evaluator.shapes import Case, ShapeSet, Timing
-from evaluator.stopping import BlockRule
-from evaluator.timing import Measurement
 from tests.conftest import REPO
 
 T = TypeVar("T")

@@ -8,10 +8,10 @@ import pytest
 
 from evaluator.contestant import resolve_contestant
 from evaluator.estimate import estimate_run, predict_repeats, render_estimate
+from evaluator.measure.stopping import ContestRule
 from evaluator.protocol import WALL_CAP_S
 from evaluator.runner import RunOptions
 from evaluator.shapes import resolve_shapes
-from evaluator.stopping import ContestRule
 
 TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
 

@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 
 import reference_kernels
-from evaluator.precheck import RULES, precheck_source
+from evaluator.hardening.precheck import RULES, precheck_source
 from reference import generate_input, verdict
 from reference_kernels.export import ExportError, export_source, main
 

@@ -17,6 +17,7 @@ import pytest
 import evaluator.run_command as run_command
 from evaluator.cli import main
 from evaluator.cli_args import OutputClosed, UsageError, results_path
+from evaluator.measure.stats import Stats
 from evaluator.progress import Feedback, PlainLog, ProgressLine, feedback, use_color
 from evaluator.report.leaderboard import write_leaderboard
 from evaluator.report.tables import render_run
@@ -24,7 +25,6 @@ from evaluator.results import CaseResult, RunResult, StageResult, load_results, 
 from evaluator.run_command import interrupted
 from evaluator.score import rank
 from evaluator.shapes import Case
-from evaluator.stats import Stats
 from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "contestants"

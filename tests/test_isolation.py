@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluator.channel import ChannelError
-from evaluator.containment import alone
 from evaluator.delivery import deliver, received
 from evaluator.handover import HandoverArena
+from evaluator.hardening.channel import ChannelError
+from evaluator.hardening.containment import alone
 from evaluator.results import CaseResult
 from evaluator.runner import StagePlan, _Collector
 from evaluator.shapes import Case, ShapeSet

@@ -1,4 +1,4 @@
-"""The contest service's submission gates (evaluator.precheck): each refuses its case with its rule
+"""The contest service's submission gates (evaluator.hardening.precheck): each refuses its case with its rule
 and location, kernelguard fails closed, ``qrbench check`` exits 0/112/2, and a run refused at the
 gates fails there while the next contestant still runs."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.cli import main
-from evaluator.precheck import MAX_BYTES, Precheck, precheck_file, precheck_source
+from evaluator.hardening.precheck import MAX_BYTES, Precheck, precheck_file, precheck_source
 from evaluator.results import RunResult
 from tests.conftest import REPO
 

@@ -26,14 +26,15 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
-from evaluator import guards, protocol
-from evaluator.channel import MAX_LINE_BYTES, ChannelError, Reader, Writer, new_key
+from evaluator import protocol
 from evaluator.execution import LocalExecutor
-from evaluator.guards import Hardening, PhysicalFloor
+from evaluator.hardening import guards
+from evaluator.hardening.channel import MAX_LINE_BYTES, ChannelError, Reader, Writer, new_key
+from evaluator.hardening.guards import Hardening, PhysicalFloor
+from evaluator.measure.timing import CpuClockTimer, Measurement
 from evaluator.protocol import BenchSettings, Harness, benchmark_case
 from evaluator.protocol import test_case as run_test_case
 from evaluator.shapes import Case, Timing
-from evaluator.timing import CpuClockTimer, Measurement
 from reference.inputs import generate_input
 
 T = TypeVar("T")

@@ -13,12 +13,12 @@ import pytest
 import benchmarks.ci_report as ci_report
 from evaluator.cli import main
 from evaluator.contestant import resolve_contestant
+from evaluator.measure.stats import Stats
 from evaluator.report.compare import FASTER, SAME, SLOWER, NoiseRule, build_report
 from evaluator.report.markdown import render_markdown, write_report
 from evaluator.report.units import format_interval, format_ratio
 from evaluator.results import CaseResult, RunResult, StageResult, write_results
 from evaluator.shapes import Case, Timing
-from evaluator.stats import Stats
 from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "contestants"

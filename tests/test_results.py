@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import evaluator.results as results_module
+from evaluator.measure.stats import Stats
 from evaluator.results import CaseResult, ResultsError, RunResult, StageResult, load_results, write_results
 from evaluator.score import rank
 from evaluator.shapes import Case
-from evaluator.stats import Stats
 
 
 def _run(name: str, means_ns: list[float], status: str = "pass", secret_ok: bool = True) -> RunResult:

@@ -1,4 +1,4 @@
-"""The worker's OS containment (evaluator/sandbox): each test mounts one of issue #17's attacks,
+"""The worker's OS containment (evaluator/hardening/sandbox): each test mounts one of issue #17's attacks,
 or one thing an honest kernel does, against the real mechanism (processes, /proc, audit hooks)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.sandbox import (
+from evaluator.hardening.sandbox import (
     EXIT_UNREPORTED,
     ProjectSnapshot,
     Scratch,
@@ -28,7 +28,7 @@ from evaluator.sandbox import (
     set_dumpable,
     worker_env,
 )
-from evaluator.sandbox.children import children
+from evaluator.hardening.sandbox.children import children
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's")
 
@@ -177,7 +177,7 @@ def test_tmp_is_emptied_per_stage_and_caches_are_kept(tmp_path: Path) -> None:
 ATTEMPTS = """
     import gc, json, os, signal, subprocess, sys, threading
     scratch, outside = sys.argv[1], sys.argv[2]
-    from evaluator.sandbox import install_audit_hook
+    from evaluator.hardening.sandbox import install_audit_hook
     refusals = install_audit_hook([scratch])
     results = {}
     def attempt(name, action):
@@ -249,7 +249,7 @@ def test_every_refusal_is_recorded(attempts: dict[str, object]) -> None:
 def test_a_worker_that_cannot_report_a_refusal_ends(tmp_path: Path) -> None:
     done = _python(f"""
         import os, sys
-        from evaluator.sandbox import install_audit_hook
+        from evaluator.hardening.sandbox import install_audit_hook
         read, write = os.pipe()
         install_audit_hook([{str(tmp_path)!r}], report_fd=write)
         os.close(write)
@@ -278,7 +278,7 @@ def test_the_hook_looks_nothing_up_when_called() -> None:
 HONEST = """
     import os, sys
     import torch
-    from evaluator.sandbox import install_audit_hook
+    from evaluator.hardening.sandbox import install_audit_hook
     refusals = install_audit_hook([os.environ["SCRATCH"]])
     import triton
     import triton.language as tl

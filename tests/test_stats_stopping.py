@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from evaluator.stats import Stats, geomean
-from evaluator.stopping import ContestRule
+from evaluator.measure.stats import Stats, geomean
+from evaluator.measure.stopping import ContestRule
 
 
 def test_stats_follow_the_contest_formulas() -> None:

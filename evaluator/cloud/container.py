@@ -16,7 +16,7 @@ TORCH_INDEX_URL = "https://download.pytorch.org/whl/cu130"
 TRITON_VERSION = "3.6.0"
 # Installed from PyPI before torch, so torch's own index only has to serve torch and its CUDA wheels;
 # kernelguard at the version pyproject pins, for the submission gates every container runs;
-# nvidia-ml-py for the clocks read around every timed repeat (evaluator/clocks.py).
+# nvidia-ml-py for the clocks read around every timed repeat (evaluator/measure/clocks.py).
 PYPI_PACKAGES = (f"triton=={TRITON_VERSION}", "numpy~=2.3", "PyYAML~=6.0", "kernelguard==0.3.2",
                  "nvidia-ml-py>=12.535")
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluator.environment import gpu_key
+from evaluator.measure.stats import BootstrapRule
 from evaluator.modes import Mode
 from evaluator.results import CaseResult, RunResult
 from evaluator.shapes import Timing
-from evaluator.stats import BootstrapRule
 
 __all__ = [
     "FASTER",

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from evaluator.clocks import ClockSummary
 from evaluator.environment import gpu_key
-from evaluator.ledger import ACTIVITIES
 from evaluator.margin import Margin, format_margin, least
+from evaluator.measure.clocks import ClockSummary
+from evaluator.measure.ledger import ACTIVITIES
 from evaluator.report import plots
 from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label, shortened
 from evaluator.report.tables import clock_text, throttle_text, timing_label

@@ -16,8 +16,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from evaluator.clocks import ClockSummary
 from evaluator.environment import gpu_key
+from evaluator.measure.clocks import ClockSummary
 from evaluator.paired_results import CandidateSummary, Comparison
 from evaluator.paired_stats import FASTER, SAME, SLOWER, RatioEstimate, RatioRule
 from evaluator.report.tables import clock_text, throttle_text, timing_label

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-from evaluator.clocks import ClockSummary, reason_names
 from evaluator.environment import gpu_key
+from evaluator.measure.clocks import ClockSummary, reason_names
 from evaluator.report.units import format_ns, format_s
 from evaluator.results import INTERRUPTED, CaseResult, RunResult, StageResult
 from evaluator.score import Standing

@@ -24,7 +24,7 @@ rule), ``ctypes``, ``subprocess``, reading files anywhere else.
 
 This is defense in depth, not a boundary. ``ctypes`` can write memory and call libc directly,
 and a subprocess (e.g. a second Python) runs without the hook; those are left to the
-operating-system measures (:mod:`evaluator.sandbox.children`, :mod:`evaluator.sandbox.snapshot`,
+operating-system measures (:mod:`evaluator.hardening.sandbox.children`, :mod:`evaluator.hardening.sandbox.snapshot`,
 a non-dumpable parent, and best of all an unprivileged worker uid). The hook keeps no state a
 kernel can reach and change: everything it calls was bound when it was installed (a kernel
 that rebinds ``os.lstat`` or a builtin changes nothing here), its records live in a tuple

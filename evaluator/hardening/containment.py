@@ -1,4 +1,4 @@
-"""One stage's containment, as the runner and the worker use :mod:`evaluator.sandbox`.
+"""One stage's containment, as the runner and the worker use :mod:`evaluator.hardening.sandbox`.
 
 The parent, around each worker (:func:`contained_stage`): its own descriptors and memory closed
 to other processes (non-dumpable), a snapshot of the project, the run's shape file and the other
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluator.contestant import Contestant
-from evaluator.guards import rule_message
-from evaluator.sandbox import (
+from evaluator.hardening.guards import rule_message
+from evaluator.hardening.sandbox import (
     Change,
     ProjectSnapshot,
     Scratch,

@@ -3,8 +3,8 @@
 Every rule has a short name that appears in the message of the failure it causes, so a
 rejected kernel learns which rule it broke. A check returns that message, or None.
 ``--compat`` turns every protocol rule off and runs the contest's exact protocol. Rules enforced
-elsewhere: ``result-channel`` by the parent reading :mod:`evaluator.channel`, ``sandbox`` by the
-worker's audit hook and the parent's checks around each worker (:mod:`evaluator.sandbox`).
+elsewhere: ``result-channel`` by the parent reading :mod:`evaluator.hardening.channel`, ``sandbox`` by the
+worker's audit hook and the parent's checks around each worker (:mod:`evaluator.hardening.sandbox`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Descendants die with the worker: after a stage, kill and reap every process it left behind.
 
 A worker's process-group kill misses what left the group (``setsid``, double fork). The parent
-makes itself a child subreaper (:func:`evaluator.sandbox.prctl.set_child_subreaper`), so every
+makes itself a child subreaper (:func:`evaluator.hardening.sandbox.prctl.set_child_subreaper`), so every
 orphan among its descendants is re-parented to it instead of to init, and after each stage
 :func:`sweep` SIGKILLs every descendant that hangs under a child which was not there when the
 stage began, reaps those that become our zombies, and repeats until two scans in a row find
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from evaluator.sandbox.prctl import set_child_subreaper
+from evaluator.hardening.sandbox.prctl import set_child_subreaper
 
 __all__ = ["Proc", "SweepReport", "children", "contained_children", "process_table", "sweep"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from evaluator.stats import Stats
+from evaluator.measure.stats import Stats
 
 __all__ = ["BlockRule", "ContestRule", "StoppingRule"]
 

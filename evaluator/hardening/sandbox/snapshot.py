@@ -27,7 +27,7 @@ from typing import Literal, NamedTuple
 
 __all__ = ["Change", "FileState", "ProjectSnapshot", "no_bytecode", "project_paths"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROJECT_TREES = ("evaluator", "reference", "reference_kernels", "shapes", "contestants")
 
 

@@ -17,11 +17,11 @@ The worker, after its own imports and before the kernel's::
     set_dumpable(False); refusals = install_audit_hook([scratch_dir])
 """
 
-from evaluator.sandbox.audit import EXIT_UNREPORTED, RULE, install_audit_hook
-from evaluator.sandbox.children import SweepReport, contained_children, sweep
-from evaluator.sandbox.prctl import is_child_subreaper, is_dumpable, set_child_subreaper, set_dumpable
-from evaluator.sandbox.scratch import Scratch, scratch_root, worker_env
-from evaluator.sandbox.snapshot import Change, ProjectSnapshot, no_bytecode, project_paths
+from evaluator.hardening.sandbox.audit import EXIT_UNREPORTED, RULE, install_audit_hook
+from evaluator.hardening.sandbox.children import SweepReport, contained_children, sweep
+from evaluator.hardening.sandbox.prctl import is_child_subreaper, is_dumpable, set_child_subreaper, set_dumpable
+from evaluator.hardening.sandbox.scratch import Scratch, scratch_root, worker_env
+from evaluator.hardening.sandbox.snapshot import Change, ProjectSnapshot, no_bytecode, project_paths
 
 __all__ = [
     "EXIT_UNREPORTED",

@@ -6,7 +6,7 @@
 access to it from processes without ``CAP_SYS_PTRACE``: a worker running as another, unprivileged
 user cannot open our pipes or read our memory. It does not stop root (root holds
 ``CAP_SYS_PTRACE``), nor a process of the same uid that is our ptrace parent; the worker's audit
-hook (:mod:`evaluator.sandbox.audit`) refuses those paths for a root worker, as defense in depth.
+hook (:mod:`evaluator.hardening.sandbox.audit`) refuses those paths for a root worker, as defense in depth.
 Note ``execve`` resets the flag to 1, so each process sets it on itself.
 """
 
