@@ -10,7 +10,7 @@ in a normal run, all on one device, and one parent drives them case by case:
 2. then blocks: each block draws fresh content once, and every contestant still in the case runs
    one timed repeat of that same content, in an order drawn at random for the block, with the
    parent's L2 flush, hand-over and checks of a benchmark repeat
-   (:func:`evaluator.protocol._timed_repeat`); the first ``warmup_blocks`` blocks are discarded;
+   (:func:`evaluator.protocol.timed_repeat`); the first ``warmup_blocks`` blocks are discarded;
 3. until the :class:`~evaluator.measure.stopping.BlockRule` is met (judged on the per-block ratios, the
    figure a comparison reports), or the case's budget or block cap is reached;
 4. then each contestant's case rules (parent clock, stream join, physical floor).
@@ -37,15 +37,15 @@ from evaluator.measure.stats import Stats
 from evaluator.measure.stopping import BlockRule
 from evaluator.measure.timing import Measurement
 from evaluator.protocol import (
+    CaseInputs,
     Harness,
     Progress,
-    _case_problem,
-    _first_pass,
-    _Inputs,
-    _no_progress,
-    _seeded,
-    _timed_repeat,
+    case_problem,
     error_text,
+    first_pass,
+    no_progress,
+    seeded,
+    timed_repeat,
 )
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
@@ -123,16 +123,16 @@ class _Seat:
         if message:
             self.status, self.message = "fail", message
 
-    def hand(self, inputs: _Inputs) -> str:
+    def hand(self, inputs: CaseInputs) -> str:
         with self.h.ledger.timing("inputs"):
             self.handed = self.h.executor.hand(inputs.pristine)
         return ""
 
-    def repeat(self, inputs: _Inputs, kept: bool) -> str:
+    def repeat(self, inputs: CaseInputs, kept: bool) -> str:
         """One timed repeat of the block's content in this contestant's memory."""
         assert self.handed is not None
         inputs.tensors = self.handed.tensors
-        measurement, message = _timed_repeat(self.h, inputs, self.handed, recheck=True)
+        measurement, message = timed_repeat(self.h, inputs, self.handed, recheck=True)
         if kept:
             self.measurements.append(measurement)
         return message
@@ -160,7 +160,7 @@ def _log_ratios(seats: Sequence[_Seat], count: int) -> list[list[float]]:
             for seat in seats[1:] if seat.active]
 
 
-def _blocks(seats: Sequence[_Seat], index: int, inputs: _Inputs, settings: PairedSettings, rng: random.Random,
+def _blocks(seats: Sequence[_Seat], index: int, inputs: CaseInputs, settings: PairedSettings, rng: random.Random,
             clock: Callable[[], int], progress: Progress) -> list[tuple[int, ...]]:
     """Time blocks until the rule, the cap or the budget ends them, or fewer than two
     contestants (the baseline among them) are left; the order of each kept block."""
@@ -205,14 +205,14 @@ def _result(seat: _Seat, index: int, case: Case, count: int, seeds: tuple[int, .
     if not samples:
         return CaseResult(index, case, "skipped", "not timed: no contestant it could be paired with was left "
                           "in this case", seeds=seeds)
-    problem = _case_problem(seat.h, case, seat.measurements, count)
+    problem = case_problem(seat.h, case, seat.measurements, count)
     return CaseResult(index, case, "fail" if problem else "pass", problem or "", Stats.from_samples(samples),
                       samples, diagnostics=dict(seat.h.worst), seeds=seeds, clocks=clocks)
 
 
 def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, settings: PairedSettings,
                  timing: Timing, rng: random.Random, left: Mapping[int, str] | None = None,
-                 progress: Progress = _no_progress) -> PairedCase:
+                 progress: Progress = no_progress) -> PairedCase:
     """Time one case paired (see the module docstring); ``harnesses[0]`` is the baseline. ``left``
     names the contestants out of the comparison and why (their result is skipped; their harness
     may be None)."""
@@ -228,7 +228,7 @@ def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, se
         return PairedCase(tuple(_result(seat, index, case, 1, (case.seed,)) for seat in seats), ())
     lead = seats[0].h
     with lead.ledger.timing("inputs"):
-        inputs = _Inputs(case, timing.input_count(case), lead.hardening.fresh_inputs)
+        inputs = CaseInputs(case, timing.input_count(case), lead.hardening.fresh_inputs)
     seeds = tuple(inputs.seeds)
     orders: list[tuple[int, ...]] = []
     try:
@@ -237,7 +237,7 @@ def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, se
                 seat.attempt(lambda seat=seat: seat.hand(inputs))
         for seat in seats:
             if seat.active and seat.handed is not None:
-                seat.attempt(lambda seat=seat: _first_pass(seat.h, inputs))
+                seat.attempt(lambda seat=seat: first_pass(seat.h, inputs))
         orders = _blocks(seats, index, inputs, settings, rng, lead.clock, progress)
     finally:
         for seat in seats:
@@ -248,7 +248,7 @@ def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, se
 
 
 def compare_shapes(harnesses: Sequence[Harness | None], shapes: ShapeSet, settings: PairedSettings,
-                   rng: random.Random, secret: int | None = None, progress: Progress = _no_progress,
+                   rng: random.Random, secret: int | None = None, progress: Progress = no_progress,
                    left: Mapping[int, str] | None = None) -> Iterator[PairedCase]:
     """Every benchmark case of ``shapes`` paired, ``harnesses[0]`` the baseline; ``left`` names the
     contestants out from the start and why (a refused file, a worker that never started: their
@@ -256,7 +256,7 @@ def compare_shapes(harnesses: Sequence[Harness | None], shapes: ShapeSet, settin
     baseline is out, or fewer than two contestants are left, the rest of the cases are skipped."""
     if len(harnesses) < 2:
         raise ValueError(f"a comparison needs at least two contestants, got {len(harnesses)}")
-    cases = [_seeded(c, secret) for c in shapes.benchmarks]
+    cases = [seeded(c, secret) for c in shapes.benchmarks]
     left = dict(left or {})
     for i, case in enumerate(cases):
         if 0 in left or len(harnesses) - len(left) < 2:

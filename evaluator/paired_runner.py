@@ -49,14 +49,14 @@ from evaluator.runner import (
     ProgressFn,
     RunOptions,
     StagePlan,
-    _finish,
-    _job,
-    _sampler,
-    _stop,
+    clock_sampler,
+    finish_stage,
     hardened_harness,
     new_run,
     spawn_worker,
     stage_limit_s,
+    stop_worker,
+    worker_job,
 )
 from evaluator.shapes import ShapeSet
 
@@ -124,7 +124,7 @@ class _Record:
         for j in ran:
             cases: list[CaseResult] = [c.results[j] for c in self.cases]
             status, why = self.ended.get(j, (None if final else RUNNING, ""))
-            stage = _finish(_PLAN, self.shapes, cases, status, why, wall_s, output=self.outputs.get(j, ""))
+            stage = finish_stage(_PLAN, self.shapes, cases, status, why, wall_s, output=self.outputs.get(j, ""))
             runs[j] = runs[j].with_stage(stage)
         orders = tuple(c.orders for c in self.cases)
         breakdown = ledger.breakdown(wall_s) if ledger is not None else {}
@@ -158,7 +158,7 @@ def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options:
             on_update(comparison)
         return comparison
     device = torch.device(options.device)
-    environment = {**fingerprint(device), "clock_sampler": _sampler(device).description}
+    environment = {**fingerprint(device), "clock_sampler": clock_sampler(device).description}
     ran = [j for j in range(len(contestants)) if j not in left]
     record.runs = [replace(r, environment=environment) if j in ran else r for j, r in enumerate(runs)]
     ledger = Ledger()
@@ -182,7 +182,7 @@ def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options:
                 workers[j] = worker = _Worker(proc, read_fd, link)
                 scratch = str(scratches[contestants[j].sha256].path)
                 try:
-                    link.send_line(_job(contestants[j], _PLAN, shapes, options, key, scratch))
+                    link.send_line(worker_job(contestants[j], _PLAN, shapes, options, key, scratch))
                     with ledger.timing("worker_start"):
                         link.ready()
                     worker.harness, _ = hardened_harness(link, contestants[j], options, progress, ledger)
@@ -212,7 +212,7 @@ def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options:
                 os.close(worker.read_fd)  # first: a worker still writing gets EPIPE, not a wait
             for j, worker in workers.items():
                 quick = interrupted is not None or (worker.gone is not None and worker.gone.status == "timeout")
-                _stop(worker.proc, worker.link, grace_s=0.0 if quick else 5.0)
+                stop_worker(worker.proc, worker.link, grace_s=0.0 if quick else 5.0)
                 record.outputs[j] = worker.link.output.text()
     problem = containment.problem() or ""
     if problem:

@@ -37,15 +37,21 @@ from reference.inputs import CASES, generate_input
 __all__ = [
     "CASE_MODES",
     "BenchSettings",
+    "CaseInputs",
     "Harness",
     "benchmark_case",
+    "case_problem",
     "combine_seed",
     "error_text",
+    "first_pass",
+    "no_progress",
     "run_benchmark",
     "run_leaderboard",
     "run_profile",
     "run_test",
+    "seeded",
     "test_case",
+    "timed_repeat",
 ]
 
 Progress = Callable[[dict[str, object]], None]
@@ -64,7 +70,8 @@ def combine_seed(secret: int, seed: int) -> int:
     return secret + (secret + seed) * (secret + seed + 1) // 2
 
 
-def _no_progress(event: dict[str, object]) -> None:
+def no_progress(event: dict[str, object]) -> None:
+    """The progress callback of a run nobody watches."""
     return None
 
 
@@ -86,7 +93,7 @@ class Harness:
     hardening: Hardening = field(default_factory=Hardening)
     q_method: QMethod = "auto"
     floor: PhysicalFloor | None = None
-    progress: Progress = _no_progress
+    progress: Progress = no_progress
     clock: Callable[[], int] = _perf_counter_ns
     ledger: Ledger = field(default_factory=Ledger)
     sampler: ClockSampler = field(default_factory=lambda: NullSampler("no sampler given"))
@@ -132,7 +139,8 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{tail}"
 
 
-def _seeded(case: Case, secret: int | None) -> Case:
+def seeded(case: Case, secret: int | None) -> Case:
+    """``case`` with its seed combined with a run's secret seed, as the contest does (or as it is)."""
     return case if secret is None else case.with_seed(combine_seed(secret, case.seed))
 
 
@@ -165,7 +173,7 @@ def test_case(h: Harness, index: int, case: Case) -> CaseResult:
     return CaseResult(index, case, result.status, result.message, diagnostics=result.diagnostics, seeds=(case.seed,))
 
 
-class _Inputs:
+class CaseInputs:
     """The inputs one benchmark case cycles through, and their pristine copies for checking.
 
     The first set uses the contest's seeds (spec seed + 42, + 84, ...). With fresh inputs on,
@@ -250,7 +258,7 @@ def _checked_together(h: Harness, pristines: Sequence[torch.Tensor], outputs: Se
     return ""
 
 
-def _first_pass(h: Harness, inputs: _Inputs) -> str:
+def first_pass(h: Harness, inputs: CaseInputs) -> str:
     """Call the kernel once per input, on copies, and check each result (the contest's
     correctness pass before timing); the first failure's message, or ''."""
     with h.ledger.timing("inputs"):
@@ -266,7 +274,7 @@ def _first_pass(h: Harness, inputs: _Inputs) -> str:
     return message
 
 
-def _repeat_problem(h: Harness, inputs: _Inputs, returned: Sequence[Returned], recheck: bool) -> str:
+def _repeat_problem(h: Harness, inputs: CaseInputs, returned: Sequence[Returned], recheck: bool) -> str:
     """What the rules and the checker say about one timed repeat's outputs, or ''.
 
     Hardened: copy the outputs first, then the output rules, the input unchanged, and one check
@@ -338,7 +346,7 @@ def _settled(live: object, snapshot: object) -> str:
     return guards.settled_problem([s for s, _ in pairs], [v for _, v in pairs]) or ""
 
 
-def _timed_repeat(h: Harness, inputs: _Inputs, handed: Handed, recheck: bool) -> tuple[Measurement, str]:
+def timed_repeat(h: Harness, inputs: CaseInputs, handed: Handed, recheck: bool) -> tuple[Measurement, str]:
     """One timed repeat of the content ``inputs`` holds (installed into ``handed``), the GPU's
     clocks read around it, and what the rules and the checker say of its outputs ('' if nothing).
     The outputs go when it returns, before the next inputs are made, as in the contest. (A paired
@@ -349,7 +357,7 @@ def _timed_repeat(h: Harness, inputs: _Inputs, handed: Handed, recheck: bool) ->
     return measurement, _repeat_problem(h, inputs, returned, recheck)
 
 
-def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
+def _timed_repeats(h: Harness, index: int, inputs: CaseInputs, handed: Handed,
                    settings: BenchSettings) -> tuple[list[Measurement], str]:
     """Repeat: fresh inputs, one timed call per input, check; stop by the contest's rule."""
     rule = ContestRule(budget_s=settings.budget_s)
@@ -359,7 +367,7 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
     for repeat in range(settings.max_repeats):
         with h.ledger.timing("inputs"):
             inputs.refresh()
-        measurement, message = _timed_repeat(h, inputs, handed, settings.recheck)
+        measurement, message = timed_repeat(h, inputs, handed, settings.recheck)
         measurements.append(measurement)
         if message:
             return measurements, message
@@ -372,7 +380,7 @@ def _timed_repeats(h: Harness, index: int, inputs: _Inputs, handed: Handed,
     return measurements, ""
 
 
-def _case_problem(h: Harness, case: Case, measurements: Sequence[Measurement], count: int) -> str | None:
+def case_problem(h: Harness, case: Case, measurements: Sequence[Measurement], count: int) -> str | None:
     """Rules judged on a whole timed case: parent clock, stream join, physical floor."""
     hard = h.hardening
     problem = guards.parent_clock_problem(measurements) if hard.parent_clock else None
@@ -399,11 +407,11 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     handed: Handed | None = None
     try:
         with h.ledger.timing("inputs"):
-            inputs = _Inputs(case, timing.input_count(case), h.hardening.fresh_inputs)
+            inputs = CaseInputs(case, timing.input_count(case), h.hardening.fresh_inputs)
             seeds = tuple(inputs.seeds)
             handed = h.executor.hand(inputs.pristine)
         inputs.tensors = handed.tensors
-        message = _first_pass(h, inputs)
+        message = first_pass(h, inputs)
         if not message:
             measurements, message = _timed_repeats(h, index, inputs, handed, settings)
     except Exception as exc:  # noqa: BLE001 - any kernel exception is this case's failure
@@ -416,7 +424,7 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     clocks = tuple(h.clocks.records)
     if message:
         return CaseResult(index, case, "fail", message, samples_ns=samples, seeds=seeds, clocks=clocks)
-    problem = _case_problem(h, case, measurements, count) or h.clocks.all_discarded()
+    problem = case_problem(h, case, measurements, count) or h.clocks.all_discarded()
     return CaseResult(index, case, "fail" if problem else "pass", problem or "",
                       Stats.from_samples(samples) if samples else None, samples, diagnostics=dict(h.worst),
                       seeds=seeds, clocks=clocks)
@@ -426,13 +434,13 @@ def run_test(h: Harness, shapes: ShapeSet, secret: int | None = None) -> Iterato
     """``test`` mode: every test case once, checked."""
     for i, case in enumerate(shapes.tests):
         h.progress({"event": "case", "index": i, "count": len(shapes.tests), "label": case.label})
-        yield test_case(h, i, _seeded(case, secret))
+        yield test_case(h, i, seeded(case, secret))
 
 
 def run_benchmark(h: Harness, shapes: ShapeSet, secret: int | None = None) -> Iterator[CaseResult]:
     """``benchmark`` mode: warm up on the first case, then time every case with recheck."""
     t = shapes.timing
-    cases = [_seeded(c, secret) for c in shapes.benchmarks]
+    cases = [seeded(c, secret) for c in shapes.benchmarks]
     h.progress({"event": "warmup", "label": cases[0].label})
     benchmark_case(h, 0, cases[0], BenchSettings(False, t.benchmark_warmup_repeats, t.benchmark_warmup_s), t)
     settings = BenchSettings(True, t.benchmark_repeats, t.benchmark_budget_s)
@@ -445,7 +453,7 @@ def run_leaderboard(h: Harness, shapes: ShapeSet, secret: int | None = None) -> 
     """``leaderboard`` (ranked) mode: warm up on every case, then time every case with
     recheck; the first failing case ends the pass (the rest are reported as skipped)."""
     t = shapes.timing
-    cases = [_seeded(c, secret) for c in shapes.benchmarks]
+    cases = [seeded(c, secret) for c in shapes.benchmarks]
     warmup = BenchSettings(False, t.leaderboard_warmup_repeats, t.leaderboard_warmup_s)
     for i, case in enumerate(cases):
         h.progress({"event": "warmup", "index": i, "count": len(cases), "label": case.label})
@@ -469,7 +477,7 @@ def run_profile(h: Harness, shapes: ShapeSet, secret: int | None = None,
     With ``profiler`` (CUDA only) the call also runs under the torch profiler, and the second
     value is its per-kernel table; otherwise it is empty.
     """
-    case = _seeded(shapes.benchmarks[0], secret)
+    case = seeded(shapes.benchmarks[0], secret)
     try:
         return _single_call(h, case, "profiler" if profiler else "nvtx")
     except Exception as exc:  # noqa: BLE001

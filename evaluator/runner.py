@@ -49,6 +49,8 @@ from evaluator.shapes import Case, ShapeSet, Timing
 __all__ = [
     "RunOptions",
     "StagePlan",
+    "clock_sampler",
+    "finish_stage",
     "hardened_harness",
     "new_run",
     "plan_stages",
@@ -56,6 +58,8 @@ __all__ = [
     "run_stage",
     "spawn_worker",
     "stage_limit_s",
+    "stop_worker",
+    "worker_job",
 ]
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -191,8 +195,11 @@ def _stage_cases(plan: StagePlan, shapes: ShapeSet) -> tuple[Case, ...]:
 _STOPPED_MID_CASE = ("timeout", INTERRUPTED)
 
 
-def _finish(plan: StagePlan, shapes: ShapeSet, cases: list[CaseResult], status: str | None, reason: str,
-            wall_s: float, table: str = "", output: str = "") -> StageResult:
+def finish_stage(plan: StagePlan, shapes: ShapeSet, cases: list[CaseResult], status: str | None, reason: str,
+                 wall_s: float, table: str = "", output: str = "") -> StageResult:
+    """The stage's result from the cases it finished: a case a fault stopped carries that fault's
+    status, the cases after it are marked not run, and the stage's status is ``status`` when a
+    fault decided it, else pass only when every case passed."""
     all_cases = _stage_cases(plan, shapes)
     cases = list(cases)
     if status in _STOPPED_MID_CASE and len(cases) < len(all_cases):
@@ -211,8 +218,9 @@ def _running(event: dict[str, Any]) -> str:
     return f"{'the warm-up of ' if event.get('event') == 'warmup' else ''}{where} ({event.get('label', '')})"
 
 
-def _job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: RunOptions, key: str,
-         scratch: str) -> dict[str, Any]:
+def worker_job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, options: RunOptions, key: str,
+               scratch: str) -> dict[str, Any]:
+    """The job a worker reads as its first line: what to load, where, and how to report."""
     return {
         "key": key,
         "contestant": contestant.to_dict(),
@@ -239,7 +247,7 @@ def _arena(device: torch.device) -> HandoverArena:
 
 
 @functools.cache
-def _sampler(device: torch.device) -> ClockSampler:
+def clock_sampler(device: torch.device) -> ClockSampler:
     """The device's clock sampler, once per process (NVML is opened once)."""
     return sampler_for(device)
 
@@ -253,8 +261,8 @@ def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptio
     executor.calibrate()
     executor.load(contestant.to_dict())
     floor = _floor(device) if device.type == "cuda" else None
-    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger, sampler=_sampler(device),
-                      discard_throttled=options.discard_on_throttle)
+    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger,
+                      sampler=clock_sampler(device), discard_throttled=options.discard_on_throttle)
     return harness, executor
 
 
@@ -321,7 +329,7 @@ def run_stage(
     limit_s = stage_limit_s(plan, shapes, options)
     started = time.monotonic()
     environment = fingerprint(torch.device(options.device))
-    environment["clock_sampler"] = _sampler(torch.device(options.device)).description
+    environment["clock_sampler"] = clock_sampler(torch.device(options.device)).description
     key = new_key()
     scratch = worker_scratch(contestant)
     ledger = Ledger()
@@ -337,7 +345,7 @@ def run_stage(
         cases[:] = current
         running.clear()
         if on_case is not None:
-            on_case(_finish(plan, shapes, current, RUNNING, "", time.monotonic() - started))
+            on_case(finish_stage(plan, shapes, current, RUNNING, "", time.monotonic() - started))
 
     def progress(stage: str, event: dict[str, Any]) -> None:
         if event.get("event") in ("case", "warmup"):
@@ -352,7 +360,7 @@ def run_stage(
         if on_progress is not None:
             link.on_wait = lambda: on_progress(plan.name, {"event": "wait"})
         try:
-            link.send_line(_job(contestant, plan, shapes, options, key, str(scratch.path)))
+            link.send_line(worker_job(contestant, plan, shapes, options, key, str(scratch.path)))
             with ledger.timing("worker_start"):
                 link.ready()
             if options.compat:
@@ -374,14 +382,14 @@ def run_stage(
             reason += f" while running {_running(running)}" if running else ""
         finally:
             os.close(read_fd)  # first: a worker still writing gets EPIPE, not a wait
-            _stop(proc, link, grace_s=0.0 if status in (INTERRUPTED, "timeout") else 5.0)
+            stop_worker(proc, link, grace_s=0.0 if status in (INTERRUPTED, "timeout") else 5.0)
     problem = containment.problem()
     if problem and status is None:
         status, reason = "fail", problem
     elif problem:
         reason = f"{reason}; {problem}"
     wall_s = time.monotonic() - started
-    stage = _finish(plan, shapes, cases, status, reason, wall_s, table, link.output.text())
+    stage = finish_stage(plan, shapes, cases, status, reason, wall_s, table, link.output.text())
     if not options.compat:
         stage = replace(stage, breakdown_s=ledger.breakdown(wall_s))
     if interrupted is not None:
@@ -391,7 +399,7 @@ def run_stage(
     return stage, environment
 
 
-def _stop(proc: subprocess.Popen[bytes], link: WorkerLink, grace_s: float = 5.0) -> None:
+def stop_worker(proc: subprocess.Popen[bytes], link: WorkerLink, grace_s: float = 5.0) -> None:
     """Let a finished worker exit (draining its output) for ``grace_s``, then kill its whole
     process group; the kill happens even if the wait is interrupted (a second Ctrl-C)."""
     assert proc.stdin is not None
