@@ -33,8 +33,8 @@ CONTESTANTS_DIR = Path(__file__).resolve().parents[1] / "contestants"
 SUBMISSION_FILE = "submission.py"
 # Names a contest submission may import that the contest's runner puts beside it.
 _CONTEST_MODULES = {
-    "task": "evaluator.compat.task",
-    "utils": "evaluator.compat.utils",
+    "task": "evaluator.contest_modules.task",
+    "utils": "evaluator.contest_modules.utils",
     "reference": "reference",
 }
 

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import torch
 
 from evaluator.axes import axes_reply, configure_kernel
-from evaluator.compat.utils import set_seed
+from evaluator.contest_modules.utils import set_seed
 from evaluator.contestant import Contestant, ContestantError, contest_modules, load_kernel
 from evaluator.delivery import deliver, deliver_all
 from evaluator.execution import LocalExecutor, profiled
