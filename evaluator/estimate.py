@@ -29,8 +29,9 @@ from tabulate import tabulate
 from evaluator.contestant import Contestant
 from evaluator.execution import Executor
 from evaluator.measure.stopping import ContestRule
+from evaluator.measure.timing import synchronize
 from evaluator.modes import STAGES_BY_MODE, Mode, stage_mode
-from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness, benchmark_case, combine_seed, test_case
+from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness, benchmark_case, seeded, test_case
 from evaluator.results import CaseResult
 from evaluator.runner import RunOptions, StagePlan, run_stage
 from evaluator.shapes import Case, ShapeSet, Timing
@@ -114,18 +115,15 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
     """The pilot's stage: every test case once (when the mode runs them), then every benchmark
     case with ``repeats`` timed repeats; what each cost goes to ``pilots`` and ``test_walls``."""
 
-    def seeded(case: Case) -> Case:
-        return case if secret is None else case.with_seed(combine_seed(secret, case.seed))
-
     def source(h: Harness, executor: Executor) -> Iterator[CaseResult]:
         if "test" in STAGES_BY_MODE[mode]:
             for i, case in enumerate(shapes.tests):
-                test_case(h, i, seeded(case))  # first call: compiles, which the real run finds cached
+                test_case(h, i, seeded(case, secret))  # first call: compiles, which the real run finds cached
                 start = time.perf_counter()
-                yield test_case(h, i, seeded(case))
+                yield test_case(h, i, seeded(case, secret))
                 test_walls.append(time.perf_counter() - start)
         forward = h.progress
-        for i, case in enumerate(seeded(c) for c in shapes.benchmarks):
+        for i, case in enumerate(seeded(c, secret) for c in shapes.benchmarks):
             timed_s: list[float] = []
 
             def watch(event: dict[str, object], timed_s: list[float] = timed_s) -> None:
@@ -157,18 +155,16 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
     return source
 
 
-def _published_check_s(case: Case, device: str) -> float:
+def _published_check_s(case: Case) -> float:
     """One check of one output with the contest's checker (its per-matrix Q loop), on geqrf's
     output of an input of this shape: its cost depends on the shape alone."""
     a = generate_input(**replace(case, seed=1).generator_args())
     output = torch.geqrf(a)
     verdict(a, output, "published")  # first call: library handles and workspaces
-    if device == "cuda":
-        torch.cuda.synchronize()
+    synchronize()
     start = time.perf_counter()
     verdict(a, output, "published")
-    if device == "cuda":
-        torch.cuda.synchronize()
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -228,7 +224,7 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
     for i, p in enumerate(pilots):
         key = (p.case.batch, p.case.n)
         if key not in published:
-            published[key] = _published_check_s(p.case, options.device)
+            published[key] = _published_check_s(p.case)
         pilots[i] = replace(p, published_check_s=published[key])
     breakdown = stage.breakdown_s or {}
     fixed_s = sum(breakdown.get(k, 0.0) for k in ("worker_start", "calibration", "load"))

@@ -33,18 +33,17 @@ from dataclasses import dataclass, field
 
 from evaluator.execution import Handed, WorkerGone
 from evaluator.measure.clocks import RepeatLog
-from evaluator.measure.stats import Stats
 from evaluator.measure.stopping import BlockRule
 from evaluator.measure.timing import Measurement
 from evaluator.protocol import (
     CaseInputs,
     Harness,
     Progress,
-    case_problem,
     error_text,
     first_pass,
     no_progress,
     seeded,
+    timed_case_result,
     timed_repeat,
 )
 from evaluator.results import CaseResult
@@ -196,18 +195,12 @@ def _blocks(seats: Sequence[_Seat], index: int, inputs: CaseInputs, settings: Pa
 
 
 def _result(seat: _Seat, index: int, case: Case, count: int, seeds: tuple[int, ...]) -> CaseResult:
-    samples = seat.samples(count)
     if seat.status == "skipped":
         return CaseResult(index, case, seat.status, seat.message, seeds=seeds)
-    clocks = tuple(seat.h.clocks.records)
-    if seat.status:
-        return CaseResult(index, case, seat.status, seat.message, samples_ns=samples, seeds=seeds, clocks=clocks)
-    if not samples:
+    if not seat.status and not seat.measurements:
         return CaseResult(index, case, "skipped", "not timed: no contestant it could be paired with was left "
                           "in this case", seeds=seeds)
-    problem = case_problem(seat.h, case, seat.measurements, count)
-    return CaseResult(index, case, "fail" if problem else "pass", problem or "", Stats.from_samples(samples),
-                      samples, diagnostics=dict(seat.h.worst), seeds=seeds, clocks=clocks)
+    return timed_case_result(seat.h, index, case, seat.measurements, count, seeds, seat.status, seat.message)
 
 
 def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, settings: PairedSettings,

@@ -40,7 +40,6 @@ __all__ = [
     "CaseInputs",
     "Harness",
     "benchmark_case",
-    "case_problem",
     "combine_seed",
     "error_text",
     "first_pass",
@@ -51,6 +50,7 @@ __all__ = [
     "run_test",
     "seeded",
     "test_case",
+    "timed_case_result",
     "timed_repeat",
 ]
 
@@ -293,8 +293,9 @@ def _repeat_problem(h: Harness, inputs: CaseInputs, returned: Sequence[Returned]
         snapshots = [snapshot(r.output) if r.snapshot is None else r.snapshot for r in returned]
         synchronize()
     message = ""
+    live, copies = _settled_pairs(returned, snapshots)
     clean = (not any(r.problem for r in returned) and _all_equal(inputs.tensors, inputs.pristine)
-             and _all_equal(*_settled_pairs(returned, snapshots)))
+             and _all_equal(live, copies))
     if not clean:  # output by output, for the first problem's own message
         for given, p, r, snap in zip(inputs.tensors, inputs.pristine, returned, snapshots, strict=True):
             message = message or h.call_problem(r, given, p) or _settled(r.output, snap)
@@ -306,23 +307,23 @@ def _repeat_problem(h: Harness, inputs: CaseInputs, returned: Sequence[Returned]
             message = next((m for r, snap in zip(returned, snapshots, strict=True)
                             if (m := _settled(r.output, snap))), message)
     with h.ledger.timing("check"):
-        if not message and not _all_equal(*_settled_pairs(returned, snapshots)):
+        if not message and not _all_equal(live, copies):
             pairs = zip(returned, snapshots, strict=True)
             message = next((m for r, snap in pairs if (m := _settled(r.output, snap))), "")
     return message
 
 
+def _tensor_pairs(live: object, snapshot: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """An output's tensors, each with its copy taken at the report (none unless both are tuples)."""
+    if not isinstance(live, tuple) or not isinstance(snapshot, tuple):
+        return []
+    return [(v, s) for s, v in zip(snapshot, live, strict=True) if type(v) is torch.Tensor]
+
+
 def _settled_pairs(returned: Sequence[Returned], snapshots: Sequence[object]) -> tuple[Tensors, Tensors]:
     """Every output tensor of a repeat and its copy taken at the report, as two lists."""
-    live: list[torch.Tensor] = []
-    copies: list[torch.Tensor] = []
-    for r, snap in zip(returned, snapshots, strict=True):
-        if isinstance(r.output, tuple) and isinstance(snap, tuple):
-            for s, v in zip(snap, r.output, strict=True):
-                if type(v) is torch.Tensor:
-                    live.append(v)
-                    copies.append(s)
-    return live, copies
+    pairs = [p for r, snap in zip(returned, snapshots, strict=True) for p in _tensor_pairs(r.output, snap)]
+    return [v for v, _ in pairs], [s for _, s in pairs]
 
 
 def _all_equal(left: Sequence[torch.Tensor], right: Sequence[torch.Tensor]) -> bool:
@@ -331,19 +332,17 @@ def _all_equal(left: Sequence[torch.Tensor], right: Sequence[torch.Tensor]) -> b
     allow; False sends the caller to its pair-by-pair loop, which names the first difference."""
     if len(left) != len(right):
         return False
-    if len(left) == 1:
-        return torch.equal(left[0], right[0])
+    if len(left) <= 1:
+        return all(torch.equal(a, b) for a, b in zip(left, right, strict=True))
     kinds = {(t.dtype, t.device) for t in (*left, *right)}
     if len(kinds) != 1 or any(a.shape != b.shape for a, b in zip(left, right, strict=True)):
         return False
-    return not left or torch.equal(torch.cat([t.reshape(-1) for t in left]), torch.cat([t.reshape(-1) for t in right]))
+    return torch.equal(torch.cat([t.reshape(-1) for t in left]), torch.cat([t.reshape(-1) for t in right]))
 
 
 def _settled(live: object, snapshot: object) -> str:
-    if not isinstance(live, tuple) or not isinstance(snapshot, tuple):
-        return ""
-    pairs = [(s, v) for s, v in zip(snapshot, live, strict=True) if type(v) is torch.Tensor]
-    return guards.settled_problem([s for s, _ in pairs], [v for _, v in pairs]) or ""
+    pairs = _tensor_pairs(live, snapshot)
+    return guards.settled_problem([s for _, s in pairs], [v for v, _ in pairs]) or ""
 
 
 def timed_repeat(h: Harness, inputs: CaseInputs, handed: Handed, recheck: bool) -> tuple[Measurement, str]:
@@ -380,7 +379,7 @@ def _timed_repeats(h: Harness, index: int, inputs: CaseInputs, handed: Handed,
     return measurements, ""
 
 
-def case_problem(h: Harness, case: Case, measurements: Sequence[Measurement], count: int) -> str | None:
+def _case_problem(h: Harness, case: Case, measurements: Sequence[Measurement], count: int) -> str | None:
     """Rules judged on a whole timed case: parent clock, stream join, physical floor."""
     hard = h.hardening
     problem = guards.parent_clock_problem(measurements) if hard.parent_clock else None
@@ -419,12 +418,20 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     finally:
         if handed is not None:
             h.executor.release(handed)
-    count = len(inputs.pristine)
+    return timed_case_result(h, index, case, measurements, len(inputs.pristine), seeds,
+                             "fail" if message else "", message)
+
+
+def timed_case_result(h: Harness, index: int, case: Case, measurements: Sequence[Measurement], count: int,
+                      seeds: tuple[int, ...], status: str = "", message: str = "") -> CaseResult:
+    """A timed case's result from its repeats (``count`` calls each): ``status`` and ``message``
+    when a repeat already decided it, else the rules judged on the whole case, then the
+    statistics of the kept samples. (A paired comparison's cases end here too.)"""
     samples = tuple(h.clocks.kept(m.elapsed_ns / count for m in measurements))
     clocks = tuple(h.clocks.records)
-    if message:
-        return CaseResult(index, case, "fail", message, samples_ns=samples, seeds=seeds, clocks=clocks)
-    problem = case_problem(h, case, measurements, count) or h.clocks.all_discarded()
+    if status:
+        return CaseResult(index, case, status, message, samples_ns=samples, seeds=seeds, clocks=clocks)
+    problem = _case_problem(h, case, measurements, count) or h.clocks.all_discarded()
     return CaseResult(index, case, "fail" if problem else "pass", problem or "",
                       Stats.from_samples(samples) if samples else None, samples, diagnostics=dict(h.worst),
                       seeds=seeds, clocks=clocks)
