@@ -18,8 +18,6 @@ COMPILE_ONLY = "BLOCKED_WY_COMPILE_ONLY"
 if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -33,6 +31,7 @@ import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
+from tests.compile_only import rerun_compiled  # noqa: E402
 from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -320,14 +319,7 @@ NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / 
 def test_every_launch_compiles_for_sm90() -> None:
     """Record the launches qr makes on qr_v2 sizes (meta tensors: shapes only) and compile each
     distinct one to a cubin for sm_90: the interpreter checks the arithmetic, this the rest."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {COMPILE_ONLY: "1"}
-        test = f"{Path(__file__).resolve()}::test_every_launch_compiles_for_sm90"
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-            env=env, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    if rerun_compiled(__file__, "test_every_launch_compiles_for_sm90", COMPILE_ONLY):
         return
     from reference_kernels.blocked_wy import Plan, default_plan
     from reference_kernels.blocked_wy.offline import compile_launch, record_launches

@@ -21,8 +21,6 @@ COMPILE_ONLY = "CHOLESKY_ORHR_COMPILE_ONLY"
 if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -42,6 +40,7 @@ from reference_kernels.cholesky_orhr.cholqr import (  # noqa: E402
 from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
 from reference_kernels.cholesky_orhr.pipeline import SecondPass  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
+from tests.compile_only import rerun_compiled  # noqa: E402
 from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
 # The submodule, for monkeypatching: the package attribute ``qr`` is the function.
@@ -442,14 +441,7 @@ _LAUNCHES = [
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
 def test_every_kernel_compiles_for_sm90() -> None:
     """The interpreter checks the arithmetic; this checks shapes, layouts and types compile to sm_90."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {COMPILE_ONLY: "1"}
-        test = f"{Path(__file__).resolve()}::test_every_kernel_compiles_for_sm90"
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-            env=env, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    if rerun_compiled(__file__, "test_every_kernel_compiles_for_sm90", COMPILE_ONLY):
         return
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

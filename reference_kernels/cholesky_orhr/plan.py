@@ -39,12 +39,13 @@ class Plan:
             raise ValueError(f"second_pass_min must be positive, got {self.second_pass_min}")
 
 
-# Rule: the fastest setting in `benchmarks/orhr_dev.py --second-pass-min 8,32,128` (a lab script since
-# replaced by `qrbench sweep cholesky_orhr --axis second_pass_min=8,32,128`) on the H200
-# (2026-11-29): a second pass for 128 matrices or more only. Sending
-# fewer to blocked_wy instead took 60x1024 from 19.6 to 15.3 ms, 60x1024 mixed from 23.1 to 16.7
-# and 640x512 mixed (86 matrices) from 30.4 to 26.5; geomean 8.11 -> 7.71 ms. That sweep's output
-# was never committed (its figures: docs/kernel-log.md §C2); the committed results of this plan:
+# Rule: the fastest geomean of `qrbench sweep cholesky_orhr --axis second_pass_min=1,32,128` over the
+# cases with matrices that may need a second CholeskyQR pass (the 60x1024 cases and 640x512 mixed),
+# under the evaluator's protocol on the H200 (2026-12-01):
+# reports/h200/2026-12-01-cholesky_orhr-sweep-second_pass_min-qr_v2.json. A second pass for 128
+# matrices or more, fewer going to blocked_wy: geomean 16.02 ms, against 16.79 for 32 and 18.21 for 1
+# (640x512 mixed, 86 matrices to pass twice: 24.98 ms against 29.42 and 30.20). The first sweep
+# (docs/kernel-log.md §C2) found the same; the committed ranked results of this plan:
 # reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json (7.850 ms ranked).
 DEFAULT_PLAN = Plan(second_pass_min=128)
 
