@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from evaluator.documents import read_yaml
 
 __all__ = [
     "AXES_NAME",
@@ -144,12 +144,7 @@ def parse_axis(text: str) -> tuple[str, tuple[str, ...]]:
 
 def load_axes_file(path: Path) -> Requested:
     """An axes file: a YAML (or JSON) mapping of axis name to a value or a list of values."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise AxisError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise AxisError(f"{path}: not valid YAML or JSON: {exc}") from exc
+    doc = read_yaml(path, AxisError)
     if not isinstance(doc, dict) or not doc:
         raise AxisError(f"{path}: expected a mapping of axis name to values, e.g. {{nb: [32, 64]}}")
     requested: Requested = {}

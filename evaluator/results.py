@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
+from evaluator.documents import read_json
 from evaluator.hardening.precheck import Precheck
 from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, case_margins, gate_fractions, margin_warning, tightest
 from evaluator.measure.clocks import RepeatClocks
@@ -370,12 +371,7 @@ _MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
 
 def load_results(path: Path) -> list[RunResult]:
     """Read a results file, migrating it to the current schema."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not JSON: {exc}") from exc
+    doc = read_json(path, ResultsError)
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise ResultsError(f"{path}: not a qrbench results file (no kind: {KIND})")
     version = doc.get("schema_version")

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from evaluator.documents import read_yaml
 from evaluator.modes import MODE_NAMES, Mode
 from reference.inputs import CASES
 
@@ -277,13 +276,7 @@ def _parse_set(path: Path, doc: object) -> ShapeSet:
 def load_shapes(path: str | Path) -> ShapeSet:
     """Read and validate one shape file."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ShapeFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ShapeFileError(f"{path}: not valid YAML: {exc}") from exc
-    return _parse_set(path, doc)
+    return _parse_set(path, read_yaml(path, ShapeFileError))
 
 
 def resolve_shapes(name_or_path: str | Path) -> ShapeSet:
