@@ -8,10 +8,12 @@ reports a spec it was not given breaks the result channel.
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from evaluator.hardening.containment import alone
 from evaluator.results import CaseResult
 from evaluator.runner import StagePlan, _Collector
 from evaluator.shapes import Case, ShapeSet
+from evaluator.worker import _await_command
 from reference.checker import verdict
 from reference.inputs import generate_input
 
@@ -130,3 +133,20 @@ def test_a_run_knows_when_another_shares_the_scratch_root(tmp_path: Path) -> Non
         holder.kill()
         holder.wait()
     assert alone(tmp_path)
+
+
+def test_the_worker_waits_awake_only_until_a_command_or_its_bound() -> None:
+    """The hot wait returns once the pipe has data, and gives up after its bound when it has none
+    (the worker then blocks on the read, as before)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        started = time.monotonic()
+        _await_command(read_fd, 0.05)  # nothing sent: returns after about the bound
+        assert 0.04 <= time.monotonic() - started < 5.0
+        os.write(write_fd, b"x")
+        started = time.monotonic()
+        _await_command(read_fd, 60.0)  # data waiting: returns at once, not after a minute
+        assert time.monotonic() - started < 5.0
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
