@@ -37,7 +37,7 @@ from evaluator.delivery import deliver, deliver_all
 from evaluator.execution import LocalExecutor, profiled
 from evaluator.handover import attach
 from evaluator.hardening.channel import Writer
-from evaluator.hardening.containment import enter_worker_sandbox
+from evaluator.hardening.containment import close_other_processes, enter_worker_sandbox
 from evaluator.hardening.guards import Hardening
 from evaluator.measure.clocks import sampler_for
 from evaluator.measure.timing import make_timer, synchronize
@@ -115,7 +115,7 @@ class _Server:
             self.out.send(reply)
 
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
-        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None)
+        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None, self.device.type == "cuda")
         # Only now, after calibration and behind the sandbox, may the submission's folder shadow
         # a module the worker imports; it stays on the path for the kernel's lazy imports.
         self.modules.enter_context(contest_modules(self.folder))
@@ -170,6 +170,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
     device = torch.device(job["device"])
     shapes = ShapeSet.from_dict(job["shapes"])
     set_seed(job["secret"] or 42)
+    close_other_processes(device.type == "cuda")
     try:
         kernel = load_kernel(_contestant(job["contestant"]))
     except ContestantError as exc:

@@ -21,6 +21,8 @@ from evaluator.hardening.sandbox import (
     ProjectSnapshot,
     Scratch,
     contained_children,
+    drop_ptrace_capability,
+    has_ptrace_capability,
     install_audit_hook,
     is_child_subreaper,
     is_dumpable,
@@ -137,6 +139,57 @@ def test_a_non_dumpable_process_keeps_its_descriptors_from_its_own_uid() -> None
     assert not _fd_open_by_same_uid(dumpable=False)
 
 
+def _fd_open_by_root(drop_capability: bool) -> bool:
+    """Whether a root process can open a pipe of a non-dumpable root process, having given up
+    ``CAP_SYS_PTRACE`` first or not."""
+    ready_r, ready_w = os.pipe()
+    target = os.fork()
+    if target == 0:  # the parent being attacked: non-dumpable, holding a pipe of its own
+        try:
+            set_dumpable(False)
+            _, pipe_w = os.pipe()
+            os.write(ready_w, f"{pipe_w:4d}".encode())
+            time.sleep(10)
+        finally:
+            os._exit(0)
+    pipe_w = int(os.read(ready_r, 4))
+    attacker = os.fork()
+    if attacker == 0:
+        try:
+            if drop_capability and not drop_ptrace_capability():
+                os._exit(2)
+            os.close(os.open(f"/proc/{target}/fd/{pipe_w}", os.O_WRONLY))
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    opened = _wait_ok(attacker)
+    os.kill(target, signal.SIGKILL)
+    os.waitpid(target, 0)
+    os.close(ready_r)
+    os.close(ready_w)
+    return opened
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not has_ptrace_capability(), reason="needs root with CAP_SYS_PTRACE")
+def test_without_the_ptrace_capability_root_cannot_open_a_non_dumpable_processs_descriptors() -> None:
+    """What the audit hook only refuses in Python, the kernel refuses once the capability is gone
+    (ctypes, a second interpreter, anything)."""
+    assert _fd_open_by_root(drop_capability=False), "the control failed: root could not open them at all"
+    assert not _fd_open_by_root(drop_capability=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="capabilities are Linux's")
+def test_dropping_the_ptrace_capability_holds_for_the_programs_started_after() -> None:
+    """Dropped from the bounding set too: a program the worker starts does not get it back."""
+    code = ("from evaluator.hardening.sandbox import drop_ptrace_capability; import subprocess, sys; "
+            "assert drop_ptrace_capability(); "
+            "sys.exit(subprocess.run([sys.executable, '-c', 'from evaluator.hardening.sandbox import "
+            "has_ptrace_capability as h; import sys; sys.exit(3 if h() else 0)']).returncode)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 def test_set_dumpable_sets_the_flag() -> None:
     before = is_dumpable()  # a runner in this process may have cleared it already
     child = os.fork()
@@ -175,7 +228,7 @@ def test_tmp_is_emptied_per_stage_and_caches_are_kept(tmp_path: Path) -> None:
 # -- the audit hook --------------------------------------------------------------------------
 
 ATTEMPTS = """
-    import gc, json, os, signal, subprocess, sys, threading
+    import gc, json, os, pathlib, signal, subprocess, sys, threading
     scratch, outside = sys.argv[1], sys.argv[2]
     from evaluator.hardening.sandbox import install_audit_hook
     refusals = install_audit_hook([scratch])
@@ -198,6 +251,11 @@ ATTEMPTS = """
     attempt("hard link outside", lambda: os.link(sys.executable, os.path.join(scratch, "hard")))
     attempt("dir fd outside", lambda: os.open(outside, os.O_RDONLY))
     attempt("parent's fds", lambda: open(f"/proc/{os.getppid()}/fd/0", "rb"))
+    attempt("list the parent's fds", lambda: os.listdir(f"/proc/{os.getppid()}/fd"))
+    attempt("scan the parent's fds", lambda: list(os.scandir(f"/proc/{os.getppid()}/fd")))
+    attempt("iterdir the parent's fds", lambda: list(pathlib.Path(f"/proc/{os.getppid()}/fd").iterdir()))
+    attempt("list own fds", lambda: os.listdir("/proc/self/fd"))
+    attempt("iterdir scratch", lambda: list(pathlib.Path(scratch).iterdir()))
     attempt("SIGSTOP the parent", lambda: os.kill(os.getppid(), signal.SIGSTOP))
     attempt("write scratch", lambda: open(os.path.join(scratch, "x"), "w").close())
     attempt("read anywhere", lambda: open("/etc/hostname" if os.path.exists("/etc/hostname") else sys.executable,
@@ -215,9 +273,10 @@ ATTEMPTS = """
 """
 REFUSED = ["setprofile", "settrace", "gc.get_objects", "gc.get_referrers", "os.fork", "write outside",
            "os.open outside", "rename outside", "symlink outside", "hard link outside", "dir fd outside",
-           "parent's fds", "SIGSTOP the parent"]
+           "parent's fds", "list the parent's fds", "scan the parent's fds", "iterdir the parent's fds",
+           "SIGSTOP the parent"]
 ALLOWED = ["write scratch", "read anywhere", "remove in scratch", "subprocess", "signal own child",
-           "probe the parent", "addaudithook"]
+           "probe the parent", "addaudithook", "list own fds", "iterdir scratch"]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ scratch root), a sweep of every process the worker
 left behind, and no bytecode written by the parent meanwhile; after the worker is gone, planted
 bytecode and changed files in other contestants' caches are removed (both regenerate) and
 everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
-the evaluator's own imports and just before the kernel's: non-dumpable itself, and the audit hook.
+the evaluator's own imports and just before the kernel's: non-dumpable itself, the audit hook,
+and (both modes, CPU runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from evaluator.hardening.sandbox import (
     Scratch,
     SweepReport,
     contained_children,
+    drop_ptrace_capability,
     install_audit_hook,
     no_bytecode,
     project_paths,
@@ -34,7 +36,15 @@ from evaluator.hardening.sandbox import (
     worker_env,
 )
 
-__all__ = ["StageContainment", "alone", "contained_stage", "enter_worker_sandbox", "worker_env", "worker_scratch"]
+__all__ = [
+    "StageContainment",
+    "alone",
+    "close_other_processes",
+    "contained_stage",
+    "enter_worker_sandbox",
+    "worker_env",
+    "worker_scratch",
+]
 
 
 def worker_scratch(contestant: Contestant) -> Scratch:
@@ -119,7 +129,20 @@ def contained_stage(shape_file: Path | None, scratch: Scratch, *more: Scratch) -
                     change.path.unlink()
 
 
-def enter_worker_sandbox(scratch: Path | None) -> Callable[[], tuple[str, ...]]:
+def close_other_processes(on_cuda: bool) -> None:
+    """Before a kernel is imported (both modes): give up ``CAP_SYS_PTRACE``, so that a worker
+    running as root cannot open the parent's descriptors or memory through ``/proc`` whatever it
+    calls; the parent is non-dumpable (:func:`contained_stage`), so the kernel refuses it.
+
+    On the CPU only, for now: CUDA hands buffers over by IPC, and whether the driver's import of
+    a handle needs the capability has not been checked on a GPU (PyTorch's expandable segments
+    import through ``pidfd_getfd``, which does). There the audit hook stays the only answer."""
+    if not on_cuda:
+        drop_ptrace_capability()
+
+
+def enter_worker_sandbox(scratch: Path | None, on_cuda: bool) -> Callable[[], tuple[str, ...]]:
     """Close the worker before the kernel is imported; returns the audit hook's refusals."""
     set_dumpable(False)
+    close_other_processes(on_cuda)
     return install_audit_hook([scratch] if scratch is not None else [])

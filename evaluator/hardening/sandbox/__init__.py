@@ -14,12 +14,19 @@ The parent, around each stage::
 
 The worker, after its own imports and before the kernel's::
 
-    set_dumpable(False); refusals = install_audit_hook([scratch_dir])
+    set_dumpable(False); drop_ptrace_capability(); refusals = install_audit_hook([scratch_dir])
 """
 
 from evaluator.hardening.sandbox.audit import EXIT_UNREPORTED, RULE, install_audit_hook
 from evaluator.hardening.sandbox.children import SweepReport, contained_children, sweep
-from evaluator.hardening.sandbox.prctl import is_child_subreaper, is_dumpable, set_child_subreaper, set_dumpable
+from evaluator.hardening.sandbox.prctl import (
+    drop_ptrace_capability,
+    has_ptrace_capability,
+    is_child_subreaper,
+    is_dumpable,
+    set_child_subreaper,
+    set_dumpable,
+)
 from evaluator.hardening.sandbox.scratch import Scratch, scratch_root, worker_env
 from evaluator.hardening.sandbox.snapshot import Change, ProjectSnapshot, no_bytecode, project_paths
 
@@ -31,6 +38,8 @@ __all__ = [
     "Scratch",
     "SweepReport",
     "contained_children",
+    "drop_ptrace_capability",
+    "has_ptrace_capability",
     "install_audit_hook",
     "is_child_subreaper",
     "is_dumpable",

@@ -16,7 +16,8 @@ linking, removing or changing the metadata of anything outside the write roots (
 directory, ``/dev/shm``, ``/dev/null``), a relative path with ``..`` opened for writing (its
 ``dir_fd`` is not in the event), a directory outside the roots opened with ``os.open`` (it
 could serve as such a ``dir_fd``), a symlink whose target is not an absolute path inside the
-roots, and opening ``/proc/<pid>/{fd,mem,environ,root,cwd,map_files,...}`` of another process.
+roots, and opening or listing ``/proc/<pid>/{fd,mem,environ,root,cwd,map_files,...}`` of another
+process.
 
 Allowed, because the harness or honest libraries need them: ``sys._getframe`` and frame
 walks (logging, ``inspect``, ``torch.compile``), ``sys._current_frames`` (the idle-threads
@@ -34,6 +35,7 @@ re-bound in a closure cell, and it raises only builtin exception types.
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import sys
 import types
@@ -89,6 +91,7 @@ def install_audit_hook(
     _str, _bytes, _int, _type, _isinstance = str, bytes, int, type, isinstance
     _as_str, _join_bytes, _decode = str.__str__, bytes.join, bytes.decode
     _item = tuple.__getitem__
+    _path_types, _path_str = (pathlib.PurePosixPath, pathlib.PosixPath), pathlib.PurePath.__str__
     _lstat, _stat, _readlink, _getcwd, _getpid = os.lstat, os.stat, os.readlink, os.getcwd, os.getpid
     _open, _read, _close, _write, _exit, _getpgrp = os.open, os.read, os.close, os.write, os._exit, os.getpgrp
     _rdonly = os.O_RDONLY
@@ -196,6 +199,20 @@ def install_audit_hook(
             return False
         return True
 
+    def on_listing(args: tuple[object, ...]) -> str | None:
+        """``os.listdir``/``os.scandir`` of another process's private /proc directory: the first
+        step to its descriptors, refused even where the kernel would refuse the open after it."""
+        raw = args[0] if args else None
+        if raw is None or _type(raw) is _int:
+            return None  # the current directory, or an fd the kernel already holds
+        path = _path_str(raw) if _type(raw) in _path_types else text(raw)  # pathlib's iterdir passes itself
+        if path is None:
+            return f"unexpected path type {_type(raw).__name__}"
+        full = absolute(path, -1)
+        if "proc" in full and private_proc(full):
+            return f"{path} is another process's private directory"
+        return None
+
     def on_open(args: tuple[object, ...]) -> str | None:
         raw, mode, flags = args[0], args[1], args[2]
         if _type(raw) is _int:
@@ -267,6 +284,8 @@ def install_audit_hook(
             return why
         if event == "open":
             return on_open(args)
+        if event in ("os.listdir", "os.scandir"):
+            return on_listing(args)
         spec = _path_events.get(event)
         if event == "os.mkdir" and mkdir_fails(args[0], args[2]):
             return None  # ``os.makedirs(..., exist_ok=True)`` tries existing directories
@@ -284,7 +303,8 @@ def install_audit_hook(
             return on_signal(args[0], args[1], True)
         return None
 
-    watched = frozenset((*_ALWAYS_REFUSED, *_PATH_EVENTS, "open", "os.symlink", "os.kill", "os.killpg"))
+    watched = frozenset((*_ALWAYS_REFUSED, *_PATH_EVENTS, "open", "os.listdir", "os.scandir", "os.symlink", "os.kill",
+                         "os.killpg"))
 
     def hook(event: str, args: tuple[object, ...]) -> None:
         nonlocal records
