@@ -35,6 +35,7 @@ from evaluator.hardening.sandbox import (
     set_dumpable,
     worker_env,
 )
+from evaluator.hardening.sandbox.prctl import AVAILABLE as PRCTL_AVAILABLE
 
 __all__ = [
     "StageContainment",
@@ -137,8 +138,11 @@ def close_other_processes(on_cuda: bool) -> None:
     On the CPU only, for now: CUDA hands buffers over by IPC, and whether the driver's import of
     a handle needs the capability has not been checked on a GPU (PyTorch's expandable segments
     import through ``pidfd_getfd``, which does). There the audit hook stays the only answer."""
-    if not on_cuda:
-        drop_ptrace_capability()
+    if on_cuda or not PRCTL_AVAILABLE:
+        return
+    if not drop_ptrace_capability():
+        raise RuntimeError("the worker could not give up CAP_SYS_PTRACE (capset refused): its kernel could reach "
+                           "the parent through /proc; run qrbench where a process may drop its own capabilities")
 
 
 def enter_worker_sandbox(scratch: Path | None, on_cuda: bool) -> Callable[[], tuple[str, ...]]:
