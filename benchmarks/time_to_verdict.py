@@ -37,6 +37,10 @@ def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool) -> 
     return run, time.monotonic() - start
 
 
+CASE_TOLERANCE = 0.03
+"""How far a case's hardened mean may be from its ``--compat`` mean (issue #20)."""
+
+
 def _agreement(hardened: RunResult, compat: RunResult) -> str:
     """Each timed stage's per-case means and geomean, hardened against ``--compat``, and the worst
     case's difference (issue #20: geomean within 2%, every case within 3%, same verdicts)."""
@@ -51,8 +55,12 @@ def _agreement(hardened: RunResult, compat: RunResult) -> str:
         ratios = [hc.stats.mean_ns / cc.stats.mean_ns for hc, cc in pairs]  # type: ignore[union-attr]
         worst = max(pairs, key=lambda p: abs(p[0].stats.mean_ns / p[1].stats.mean_ns - 1))  # type: ignore[union-attr]
         geo = (h.geomean_s() or 0.0) / (c.geomean_s() or 1.0)
+        outside = [f"{hc.case.label} {ratio:.3f}" for (hc, _), ratio in zip(pairs, ratios, strict=True)
+                   if abs(ratio - 1) > CASE_TOLERANCE]
         lines.append(f"{stage}: geomean hardened/compat {geo:.4f}; per case {min(ratios):.4f} to {max(ratios):.4f} "
-                     f"(worst {worst[0].case.label}); verdicts {h.status}/{c.status}")
+                     f"(worst {worst[0].case.label}); {len(pairs) - len(outside)} of {len(pairs)} cases within "
+                     f"{CASE_TOLERANCE:.0%}{': outside ' + ', '.join(outside) if outside else ''}; "
+                     f"verdicts {h.status}/{c.status}")
     return "\n".join(lines)
 
 

@@ -22,3 +22,4 @@ def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: py
     printed = capsys.readouterr().out
     assert "ratio" in printed
     assert "ranked: geomean hardened/compat" in printed
+    assert "cases within 3%" in printed  # and which are not, by name
