@@ -54,7 +54,8 @@ The contest's process is busy between timed repeats (checking, making inputs); a
 sleeps on its pipe instead wakes on a cold core, and a host-bound kernel launches slower for it:
 20x32, blocked_wy, 33.7 us per call hardened against 26.2 under ``--compat`` (H200,
 reports/h200/2026-12-01-host-wake.md). Between repeats the parent takes a few to a few tens of
-milliseconds; past this the worker blocks, so an idle worker costs no core."""
+milliseconds; past this the worker blocks, so an idle worker costs no core. Only on CUDA: on a
+CPU run the polling worker takes a core the parent's checks need (same report, "Why only on CUDA")."""
 
 
 def _await_command(fd: int, hot_s: float) -> None:
