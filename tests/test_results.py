@@ -67,6 +67,11 @@ def test_not_a_results_file(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(ResultsError, match=str(path)):
         load_results(path)
+    path.write_text('{"kind": ')
+    with pytest.raises(ResultsError, match=f"{path}: not valid JSON"):
+        load_results(path)
+    with pytest.raises(ResultsError, match=f"{tmp_path / 'missing.json'}: cannot read"):
+        load_results(tmp_path / "missing.json")
 
 
 def test_ranking_orders_by_geomean_and_lists_unranked_with_reason() -> None:

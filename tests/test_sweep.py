@@ -84,6 +84,9 @@ def test_axes_files_in_yaml_and_json(tmp_path: Path) -> None:
     bad.write_text("nb: [32, 32]\n")
     with pytest.raises(AxisError, match=f"{bad}: nb: a value is repeated"):
         load_axes_file(bad)
+    bad.write_text("nb: [32\n")
+    with pytest.raises(AxisError, match=f"{bad}: not valid YAML"):
+        load_axes_file(bad)
 
 
 @pytest.mark.parametrize(("axes", "message"), [
