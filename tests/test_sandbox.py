@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,14 +104,15 @@ def _wait_ok(pid: int) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def _fd_open_by_same_uid(dumpable: bool) -> bool:
-    """Whether an unprivileged process can open a pipe of another process of its own uid."""
+def _pipe_opened(prepare_target: Callable[[], None], prepare_attacker: Callable[[], None]) -> bool:
+    """Whether one forked process can open, through ``/proc/<pid>/fd``, a pipe another holds;
+    each runs its ``prepare_*`` first (a uid, the dumpable flag, a capability). Fork without
+    exec: python itself may not be readable by the uid a side switches to."""
     ready_r, ready_w = os.pipe()
     target = os.fork()
-    if target == 0:  # the "parent" being attacked: holds a pipe of its own, non-dumpable or not
+    if target == 0:  # the "parent" being attacked: holds a pipe of its own
         try:
-            os.setuid(NOBODY)
-            set_dumpable(dumpable)
+            prepare_target()
             _, pipe_w = os.pipe()
             os.write(ready_w, f"{pipe_w:4d}".encode())
             time.sleep(10)
@@ -118,12 +120,12 @@ def _fd_open_by_same_uid(dumpable: bool) -> bool:
             os._exit(0)
     pipe_w = int(os.read(ready_r, 4))
     attacker = os.fork()
-    if attacker == 0:  # fork without exec: python itself is not readable by nobody here
+    if attacker == 0:
         try:
-            os.setuid(NOBODY)
+            prepare_attacker()
             os.close(os.open(f"/proc/{target}/fd/{pipe_w}", os.O_WRONLY))
             os._exit(0)
-        except OSError:
+        except (OSError, RuntimeError):
             os._exit(1)
     opened = _wait_ok(attacker)
     os.kill(target, signal.SIGKILL)
@@ -131,6 +133,15 @@ def _fd_open_by_same_uid(dumpable: bool) -> bool:
     os.close(ready_r)
     os.close(ready_w)
     return opened
+
+
+def _fd_open_by_same_uid(dumpable: bool) -> bool:
+    """Whether an unprivileged process can open a pipe of another process of its own uid."""
+    def target() -> None:
+        os.setuid(NOBODY)
+        set_dumpable(dumpable)
+
+    return _pipe_opened(target, lambda: os.setuid(NOBODY))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
@@ -142,32 +153,11 @@ def test_a_non_dumpable_process_keeps_its_descriptors_from_its_own_uid() -> None
 def _fd_open_by_root(drop_capability: bool) -> bool:
     """Whether a root process can open a pipe of a non-dumpable root process, having given up
     ``CAP_SYS_PTRACE`` first or not."""
-    ready_r, ready_w = os.pipe()
-    target = os.fork()
-    if target == 0:  # the parent being attacked: non-dumpable, holding a pipe of its own
-        try:
-            set_dumpable(False)
-            _, pipe_w = os.pipe()
-            os.write(ready_w, f"{pipe_w:4d}".encode())
-            time.sleep(10)
-        finally:
-            os._exit(0)
-    pipe_w = int(os.read(ready_r, 4))
-    attacker = os.fork()
-    if attacker == 0:
-        try:
-            if drop_capability and not drop_ptrace_capability():
-                os._exit(2)
-            os.close(os.open(f"/proc/{target}/fd/{pipe_w}", os.O_WRONLY))
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-    opened = _wait_ok(attacker)
-    os.kill(target, signal.SIGKILL)
-    os.waitpid(target, 0)
-    os.close(ready_r)
-    os.close(ready_w)
-    return opened
+    def attacker() -> None:
+        if drop_capability and not drop_ptrace_capability():
+            raise RuntimeError("the capability could not be dropped")
+
+    return _pipe_opened(lambda: set_dumpable(False), attacker)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not has_ptrace_capability(), reason="needs root with CAP_SYS_PTRACE")

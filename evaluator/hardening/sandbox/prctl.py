@@ -59,9 +59,9 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _prctl(option: int, arg: int = 0, arg2: int = 0) -> int:
+def _prctl(option: int, arg: int = 0) -> int:
     assert _libc is not None
-    result = _libc.prctl(option, arg, arg2, 0, 0)
+    result = _libc.prctl(option, arg, 0, 0, 0)
     if result < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
