@@ -23,11 +23,15 @@ fills a kept buffer.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
+import os
+import re
 import secrets
 import shutil
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +89,7 @@ class HandoverArena:
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
         if self._pool is not None:
-            with torch.cuda.use_mem_pool(self._pool):
+            with torch.cuda.use_mem_pool(self._pool), _ipc_segments():
                 tensor = torch.zeros(shape, dtype=dtype, device=self.device)
             from torch.multiprocessing.reductions import reduce_tensor
 
@@ -107,6 +111,44 @@ class HandoverArena:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
+
+
+_EXPANDABLE = re.compile(r"expandable_segments\s*:\s*(true|1)\b", re.IGNORECASE)
+
+
+def _allocator_settings() -> str:
+    getter = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+    if getter is not None:
+        return str(getter())
+    return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+
+
+def _set_allocator_settings(settings: str) -> None:
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is not None:
+        setter(settings)
+    else:
+        torch.cuda.memory._set_allocator_settings(settings)
+
+
+@contextlib.contextmanager
+def _ipc_segments() -> Iterator[None]:
+    """Allocate in segments a worker without ``CAP_SYS_PTRACE`` can map.
+
+    PyTorch shares an expandable segment as a file descriptor that the importer takes with
+    ``pidfd_getfd``, which needs ptrace rights over this non-dumpable process, and the worker
+    has given those up (:func:`evaluator.hardening.containment.close_other_processes`); a
+    classic segment goes by a CUDA IPC handle, which needs none. Expandable segments are
+    switched off around the allocation and back on after it where the user's settings (or,
+    on a torch without a getter, ``PYTORCH_ALLOC_CONF``/``PYTORCH_CUDA_ALLOC_CONF``) had them.
+    """
+    restore = _EXPANDABLE.search(_allocator_settings()) is not None
+    _set_allocator_settings("expandable_segments:False")  # unconditionally: older torch cannot say what is set
+    try:
+        yield
+    finally:
+        if restore:
+            _set_allocator_settings("expandable_segments:True")
 
 
 def attach(spec: Any) -> torch.Tensor:

@@ -116,7 +116,7 @@ class _Server:
             self.out.send(reply)
 
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
-        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None, self.device.type == "cuda")
+        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None)
         # Only now, after calibration and behind the sandbox, may the submission's folder shadow
         # a module the worker imports; it stays on the path for the kernel's lazy imports.
         self.modules.enter_context(contest_modules(self.folder))
@@ -171,7 +171,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
     device = torch.device(job["device"])
     shapes = ShapeSet.from_dict(job["shapes"])
     set_seed(job["secret"] or 42)
-    close_other_processes(device.type == "cuda")
+    close_other_processes()
     try:
         kernel = load_kernel(_contestant(job["contestant"]))
     except ContestantError as exc:

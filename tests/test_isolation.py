@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from evaluator.delivery import deliver, received
-from evaluator.handover import HandoverArena
+from evaluator.handover import HandoverArena, _allocator_settings, _ipc_segments, _set_allocator_settings
 from evaluator.hardening.channel import ChannelError
 from evaluator.hardening.containment import alone
 from evaluator.results import CaseResult
@@ -53,6 +53,44 @@ def test_handed_over_memory_is_the_memory_the_worker_maps() -> None:
         assert tensor.storage_offset() == 0  # a storage of its own, as the contest's tensors are
     finally:
         arena.close()
+
+
+@pytest.mark.parametrize("setting", ["expandable_segments:True", "expandable_segments:False"])
+def test_handed_over_segments_are_never_expandable_and_the_users_setting_comes_back(setting: str) -> None:
+    """Expandable segments cross by ``pidfd_getfd``, which a worker without CAP_SYS_PTRACE is refused."""
+    saved = _allocator_settings()
+    _set_allocator_settings(setting)
+    try:
+        with _ipc_segments():
+            assert "expandable_segments:False" in _allocator_settings()
+        assert setting in _allocator_settings()
+    finally:
+        _set_allocator_settings(saved or "expandable_segments:False")
+
+
+@pytest.mark.gpu
+def test_a_worker_without_the_ptrace_capability_maps_cuda_buffers_under_an_expandable_setting() -> None:
+    """What a hardened CUDA worker does: drop the capability, then map the parent's buffer."""
+    saved = _allocator_settings()
+    _set_allocator_settings("expandable_segments:True")
+    try:
+        arena = HandoverArena(torch.device("cuda"))
+        tensor, spec = arena.new((2, 3, 3))
+    finally:
+        _set_allocator_settings(saved or "expandable_segments:False")
+    tensor.copy_(torch.arange(18.0, device="cuda").view(2, 3, 3))
+    torch.cuda.synchronize()
+    child = textwrap.dedent("""
+        import pickle, sys
+        from evaluator.hardening.containment import close_other_processes
+        close_other_processes()
+        from evaluator.handover import attach
+        t = attach(pickle.loads(sys.stdin.buffer.read()))
+        print(float(t.sum()))
+    """)
+    done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps(spec), capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert float(done.stdout) == float(torch.arange(18.0).sum())
 
 
 def _buffers() -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +143,7 @@ def test_the_cpu_handover_folder_goes_with_the_process(tmp_path: Path) -> None:
     """Handed-over CPU buffers are files in /dev/shm (memory): none may outlive the parent."""
     child = textwrap.dedent("""
         import torch
-        from evaluator.handover import HandoverArena
+        from evaluator.handover import HandoverArena, _allocator_settings, _ipc_segments, _set_allocator_settings
         arena = HandoverArena(torch.device("cpu"))
         tensor, spec = arena.new((2, 3, 3))
         print(spec.path)

@@ -8,7 +8,7 @@ left behind, and no bytecode written by the parent meanwhile; after the worker i
 bytecode and changed files in other contestants' caches are removed (both regenerate) and
 everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
 the evaluator's own imports and just before the kernel's: non-dumpable itself, the audit hook,
-and (both modes, CPU runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`).
+and (both modes, CPU and CUDA runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`).
 """
 
 from __future__ import annotations
@@ -130,23 +130,19 @@ def contained_stage(shape_file: Path | None, scratch: Scratch, *more: Scratch) -
                     change.path.unlink()
 
 
-def close_other_processes(on_cuda: bool) -> None:
+def close_other_processes() -> None:
     """Before a kernel is imported (both modes): give up ``CAP_SYS_PTRACE``, so that a worker
     running as root cannot open the parent's descriptors or memory through ``/proc`` whatever it
-    calls; the parent is non-dumpable (:func:`contained_stage`), so the kernel refuses it.
-
-    On the CPU only, for now: CUDA hands buffers over by IPC, and whether the driver's import of
-    a handle needs the capability has not been checked on a GPU (PyTorch's expandable segments
-    import through ``pidfd_getfd``, which does). There the audit hook stays the only answer."""
-    if on_cuda or not PRCTL_AVAILABLE:
+    calls; the parent is non-dumpable (:func:`contained_stage`), so the kernel refuses it."""
+    if not PRCTL_AVAILABLE:
         return
     if not drop_ptrace_capability():
         raise RuntimeError("the worker could not give up CAP_SYS_PTRACE (capset refused): its kernel could reach "
                            "the parent through /proc; run qrbench where a process may drop its own capabilities")
 
 
-def enter_worker_sandbox(scratch: Path | None, on_cuda: bool) -> Callable[[], tuple[str, ...]]:
+def enter_worker_sandbox(scratch: Path | None) -> Callable[[], tuple[str, ...]]:
     """Close the worker before the kernel is imported; returns the audit hook's refusals."""
     set_dumpable(False)
-    close_other_processes(on_cuda)
+    close_other_processes()
     return install_audit_hook([scratch] if scratch is not None else [])
