@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
-from reference import check, generate_input, verdict
+from reference import check, checker, generate_input, verdict
 from reference.householder import default_block, householder_q, wy_triangles
 
 
@@ -65,8 +67,6 @@ def test_orthogonality_gate(method: str) -> None:
 
 def _spy_on_gated(monkeypatch) -> list[str]:
     """Record which full gate paths (published / blocked) the checker runs."""
-    import reference.checker as checker
-
     calls: list[str] = []
     real = checker._gated
 
@@ -90,8 +90,6 @@ def test_fast_path_decides_a_clear_pass_alone(monkeypatch, factored) -> None:
 
 
 def test_fast_path_redecides_a_pass_near_the_gate(monkeypatch, factored) -> None:
-    import reference.checker as checker
-
     a, out = factored
     calls = _spy_on_gated(monkeypatch)
     monkeypatch.setattr(checker, "_AUTO_TRUST", 0.0)  # every pass now counts as near a gate
@@ -157,3 +155,30 @@ def test_block_size_choice() -> None:
     assert [default_block(n) for n in (1, 8, 16, 96, 512, 4096)] == [1, 1, 2, 8, 64, 64]
     with pytest.raises(ValueError, match="power of two"):
         householder_q(torch.zeros(1, 4, 4), torch.zeros(1, 4), block=3)
+
+
+@pytest.mark.parametrize("n", [32, 100, 160])
+@pytest.mark.parametrize("blocks", [1, 2, 3, 4, 8])
+def test_block_products_give_the_full_products_norms(n: int, blocks: int) -> None:
+    """The fast path computes only the upper block triangle of Q^T Q and the blocks of QR that R's
+    zeros leave: the norms must be those of the full products (float64, to rounding)."""
+    a = generate_input(3, n, 2, 11)
+    h, tau = torch.geqrf(a)
+    q = householder_q(h, tau).double()
+    q = q + 1e-3 * torch.randn_like(q)  # not orthogonal: every block of Q^T Q - I counts
+    r = h.double().triu()
+    eye = torch.eye(n, dtype=torch.float64)
+    l1 = torch.linalg.matrix_norm
+    assert torch.allclose(checker._orthogonality_l1(q, blocks), l1(q.mT @ q - eye, ord=1), rtol=1e-12, atol=0)
+    assert torch.allclose(checker._reconstruction_l1(q, r, a.double(), blocks), l1(q @ r - a.double(), ord=1),
+                          rtol=1e-12, atol=0)
+
+
+def test_product_blocks_cover_every_column_once() -> None:
+    for n in (1, 31, 32, 100, 512, 4096):
+        for blocks in (1, 3, 4, 8):
+            edges = checker._column_blocks(n, blocks)
+            assert edges[0][0] == 0
+            assert edges[-1][1] == n
+            assert all(c1 == d0 for (_, c1), (d0, _) in itertools.pairwise(edges))
+            assert len(edges) <= blocks
