@@ -16,13 +16,12 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
-from evaluator.environment import fingerprint
+from benchmarks.gpu_note import machine_line, publish
 from reference import checker, generate_input, verdict
 
 SHAPES = ((640, 512), (60, 1024), (8, 2048), (2, 4096), (40, 352), (40, 176))
@@ -68,20 +67,12 @@ def main() -> int:
         del a, out
         torch.cuda.empty_cache()
 
-    env = fingerprint("cuda")
     headers = ["shape", "published (ms)", "fast (ms)", "speedup", "same verdict", "max diagnostic diff (n·eps)",
                *(f"fast, {k} blocks (ms)" for k in args.blocks)]
     table = tabulate(rows, headers=headers, tablefmt="github")
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     header = (f"Checker time per check of torch.geqrf's output (median of {args.repeats}, after a warm-up), "
-              f"{env.get('gpu_name')}, driver {env.get('driver_version')}, torch {env['torch']}, "
-              f"CUDA {env['cuda']}, triton {env['triton']}, {stamp}.")
-    print(header)
-    print(table)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(f"# Checker speed\n\n{header}\n\n{table}\n\n"
-                            "Produced by `python -m benchmarks.checker_speed`.\n")
+              f"{machine_line()}.")
+    publish("Checker speed", header, table, "python -m benchmarks.checker_speed", args.out)
     return 0
 
 

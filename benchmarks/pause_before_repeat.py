@@ -18,14 +18,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
+from benchmarks.gpu_note import machine_line, publish
 from evaluator.contestant import contest_modules, load_kernel, resolve_contestant
-from evaluator.environment import fingerprint
 from evaluator.measure.timing import CudaEventTimer
 from evaluator.shapes import Timing, resolve_shapes
 from reference import generate_input
@@ -99,17 +98,9 @@ def main() -> int:
                 print(f"{case.batch}x{case.n} x{count} done", flush=True)
     rows = [[name, *(cells[i] for _, cells in columns)] for i, (name, _) in enumerate(pauses)]
     table = tabulate(rows, headers=["before each repeat", *(title for title, _ in columns)], tablefmt="github")
-    env = fingerprint(device)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     header = (f"{contestant.name}, mean of {REPEATS - DISCARDED} repeats after {DISCARDED} discarded, two rounds; "
-              f"{env.get('gpu_name')}, driver {env.get('driver_version')}, torch {env['torch']}, CUDA {env['cuda']}, "
-              f"triton {env['triton']}, {stamp}.")
-    print(header)
-    print(table)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(f"# Pause before a timed repeat\n\n{header}\n\n{table}\n\n"
-                            "Produced by `python -m benchmarks.pause_before_repeat`.\n")
+              f"{machine_line()}.")
+    publish("Pause before a timed repeat", header, table, "python -m benchmarks.pause_before_repeat", args.out)
     return 0
 
 
