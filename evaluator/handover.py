@@ -4,9 +4,10 @@ In a hardened run the parent makes every input and reads every output itself, so
 memory the parent allocated and the worker only maps:
 
 - on CUDA, each buffer is a separate allocation from a memory pool of its own
-  (``torch.cuda.MemPool``), shared by CUDA IPC. IPC maps a whole allocator segment, so nothing
-  but handed-over buffers may live in those segments: the pristine copies the checker compares
-  against never share one with an input the kernel can write;
+  (``torch.cuda.MemPool``), in classic segments (:func:`_ipc_segments`), shared by CUDA IPC.
+  IPC maps a whole allocator segment, so nothing but handed-over buffers may live in those
+  segments: the pristine copies the checker compares against never share one with an input
+  the kernel can write;
 - on the CPU, each buffer is a file with a random name in a private folder outside ``/dev/shm``
   (which the worker's sandbox lets it write), mapped shared by both processes with
   ``torch.from_file``, used by one worker only and deleted when given back: a worker that
