@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from benchmarks.gpu_note import machine_line, publish
+from benchmarks.note import machine_line, publish
 from reference import checker, generate_input, verdict
 
 SHAPES = ((640, 512), (60, 1024), (8, 2048), (2, 4096), (40, 352), (40, 176))

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from benchmarks.gpu_note import machine_line, publish
+from benchmarks.note import machine_line, publish
 from evaluator.contestant import contest_modules, load_kernel, resolve_contestant
 from evaluator.measure.timing import CudaEventTimer
 from evaluator.shapes import Timing, resolve_shapes

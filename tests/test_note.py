@@ -1,10 +1,10 @@
-"""The Markdown note the GPU benchmarks write (benchmarks/gpu_note.py)."""
+"""The Markdown note the GPU benchmarks write (benchmarks.note.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.gpu_note import publish
+from benchmarks.note import publish
 
 
 def test_publish_prints_and_writes_the_note(tmp_path: Path, capsys) -> None:
