@@ -8,12 +8,14 @@ reports a spec it was not given breaks the result channel.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,29 +57,32 @@ def test_handed_over_memory_is_the_memory_the_worker_maps() -> None:
         arena.close()
 
 
-@pytest.mark.parametrize("setting", ["expandable_segments:True", "expandable_segments:False"])
-def test_handed_over_segments_are_never_expandable_and_the_users_setting_comes_back(setting: str) -> None:
-    """Expandable segments cross by ``pidfd_getfd``, which a worker without CAP_SYS_PTRACE is refused."""
+@contextlib.contextmanager
+def _allocator_setting(setting: str) -> Iterator[None]:
+    """PyTorch's allocator under ``setting``, as a user could have set it; the suite's own after."""
     saved = _allocator_settings()
     _set_allocator_settings(setting)
     try:
+        yield
+    finally:
+        _set_allocator_settings(saved or "expandable_segments:False")
+
+
+@pytest.mark.parametrize("setting", ["expandable_segments:True", "expandable_segments:False"])
+def test_handed_over_segments_are_never_expandable_and_the_users_setting_comes_back(setting: str) -> None:
+    """Expandable segments cross by ``pidfd_getfd``, which a worker without CAP_SYS_PTRACE is refused."""
+    with _allocator_setting(setting):
         with _ipc_segments():
             assert "expandable_segments:False" in _allocator_settings()
         assert setting in _allocator_settings()
-    finally:
-        _set_allocator_settings(saved or "expandable_segments:False")
 
 
 @pytest.mark.gpu
 def test_a_worker_without_the_ptrace_capability_maps_cuda_buffers_under_an_expandable_setting() -> None:
     """What a hardened CUDA worker does: drop the capability, then map the parent's buffer."""
-    saved = _allocator_settings()
-    _set_allocator_settings("expandable_segments:True")
-    try:
+    with _allocator_setting("expandable_segments:True"):
         arena = HandoverArena(torch.device("cuda"))
         tensor, spec = arena.new((2, 3, 3))
-    finally:
-        _set_allocator_settings(saved or "expandable_segments:False")
     tensor.copy_(torch.arange(18.0, device="cuda").view(2, 3, 3))
     torch.cuda.synchronize()
     child = textwrap.dedent("""
@@ -143,7 +148,7 @@ def test_the_cpu_handover_folder_goes_with_the_process(tmp_path: Path) -> None:
     """Handed-over CPU buffers are files in /dev/shm (memory): none may outlive the parent."""
     child = textwrap.dedent("""
         import torch
-        from evaluator.handover import HandoverArena, _allocator_settings, _ipc_segments, _set_allocator_settings
+        from evaluator.handover import HandoverArena
         arena = HandoverArena(torch.device("cpu"))
         tensor, spec = arena.new((2, 3, 3))
         print(spec.path)
