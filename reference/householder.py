@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["default_block", "householder_q", "wy_triangles"]
+__all__ = ["default_block", "householder_q", "triangles_from_gram", "wy_triangles"]
 
 
 def default_block(n: int) -> int:
@@ -30,15 +30,21 @@ def wy_triangles(v: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """Upper-triangular T of each block, with ``H_1 ... H_k = I - V T V^T`` (larft, forward).
 
     ``v`` is ``... x m x k`` (unit lower trapezoidal), ``tau`` is ``... x k``, k a power of two.
+    """
+    return triangles_from_gram(v.transpose(-1, -2) @ v, tau)
+
+
+def triangles_from_gram(gram: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """:func:`wy_triangles` from the blocks' ``V^T V`` (``... x k x k``) instead of V.
+
     T is built by recursive doubling, ``T = [[T1, -T1 (V1^T V2) T2], [0, T2]]``: log2(k) rounds,
     each merging every pair of neighbouring diagonal blocks at once. A zero tau (an identity
     reflector) simply gives a zero row and column.
     """
-    k = v.shape[-1]
+    k = gram.shape[-1]
     if k & (k - 1):
         raise ValueError(f"block width must be a power of two, got {k}")
-    lead = v.shape[:-2]
-    gram = v.transpose(-1, -2) @ v
+    lead = gram.shape[:-2]
     t = torch.diag_embed(tau).contiguous()
     width = 1
     while width < k:
@@ -52,6 +58,39 @@ def wy_triangles(v: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         t_blocks[..., :width, width:] = -(t1 @ g_blocks[..., :width, width:] @ t2)
         width *= 2
     return t
+
+
+def _unit_lower(h: torch.Tensor, width: int) -> torch.Tensor:
+    """V: the strictly lower triangle of ``h`` with a unit diagonal, zero-padded to ``width``
+    columns, in two passes over memory (the triangle, then the diagonal in place)."""
+    batch, n, _ = h.shape
+    if width == n:
+        v = torch.tril(h, diagonal=-1)
+    else:
+        v = h.new_zeros(batch, n, width)
+        v[:, :, :n] = torch.tril(h, diagonal=-1)
+    v[:, :, :n].diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    return v
+
+
+def _padded_tau(tau: torch.Tensor, width: int) -> torch.Tensor:
+    """tau with zeros (identity reflectors) appended up to ``width`` reflectors per matrix."""
+    extra = width - tau.shape[-1]
+    return tau if extra == 0 else torch.cat([tau, tau.new_zeros(tau.shape[0], extra)], dim=1)
+
+
+def _identity_like(h: torch.Tensor) -> torch.Tensor:
+    """A batch of identities shaped as ``h``, row-major whatever h's layout (geqrf's is column-major)."""
+    q = h.new_zeros(h.shape)
+    q.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    return q
+
+
+def _block_gram(v: torch.Tensor, j0: int, block: int) -> torch.Tensor:
+    """``V_j^T V_j`` of the block of columns ``j0 .. j0 + block`` from its rows ``j0:`` only (those
+    above are zero), as one strided batched product (no copy of V)."""
+    vj = v[:, j0:, j0:j0 + block]
+    return torch.bmm(vj.transpose(1, 2), vj)
 
 
 def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) -> torch.Tensor:
@@ -68,16 +107,15 @@ def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) 
 
     blocks = -(-n // block)
     width = blocks * block  # pad with identity reflectors (v = 0, tau = 0) to whole blocks
-    eye = torch.eye(n, device=h.device, dtype=h.dtype)
-    v = h.new_zeros(batch, n, width)
-    v[:, :, :n] = torch.tril(h, diagonal=-1) + eye
-    tau_padded = tau.new_zeros(batch, width)
-    tau_padded[:, :n] = tau
-    # Rows above a block's first column are zero in V, so full-height blocks give the same T.
-    v_blocks = v.view(batch, n, blocks, block).movedim(2, 1)  # batch x blocks x n x block
-    t = wy_triangles(v_blocks, tau_padded.view(batch, blocks, block))
+    v = _unit_lower(h, width)
+    tau_padded = _padded_tau(tau, width)
+    # Rows above a block's first column are zero in V, so each block's Gram matrix (for T) and
+    # product below need only the rows from that column down.
+    v_blocks = v.view(batch, n, blocks, block).movedim(2, 1)  # batch x blocks x n x block (a view)
+    grams = torch.stack([_block_gram(v, j * block, block) for j in range(blocks)], dim=1)
+    t = triangles_from_gram(grams, tau_padded.view(batch, blocks, block))
 
-    q = eye.expand(batch, n, n).clone()
+    q = _identity_like(h)
     # Right to left: Q <- (I - V T V^T) Q touches rows and columns j0: only, since every block
     # to the right has already been folded into Q[j0:, j0:].
     for j in reversed(range(blocks)):

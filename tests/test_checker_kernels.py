@@ -1,0 +1,76 @@
+"""The fast checker's Triton residual kernels against the float64 torch products they replace
+(under ``TRITON_INTERPRET=1`` on the CPU, compiled on a GPU)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before the kernels' module is first imported
+
+from reference import checker, generate_input
+from reference.checker_kernels import residual_norms, tile_size
+from reference.householder import householder_q
+
+NAMES = ("a_norm", "factor", "triangular", "orthogonality", "reconstruction")
+
+
+def _factors(batch: int, n: int, device: str, spoil: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = generate_input(batch, n, 2, 17 + n).to(device)
+    h, tau = torch.geqrf(a)
+    q = householder_q(h, tau)
+    if spoil:  # every entry of every residual counts, not just rounding
+        q = q + spoil * torch.randn(q.shape, generator=torch.Generator().manual_seed(n)).to(device)
+        h = h + spoil * torch.randn(h.shape, generator=torch.Generator().manual_seed(n + 1)).to(device)
+    return a, h, q
+
+
+def _assert_match(a: torch.Tensor, h: torch.Tensor, q: torch.Tensor, rtol: float) -> None:
+    got = residual_norms(a, h, q)
+    want = checker._torch_residuals(a, h, q, reconstruction=True)
+    for name, x, y in zip(NAMES, got, want, strict=True):
+        assert x.dtype == torch.float64, name
+        assert x.shape == (a.shape[0],), name
+        torch.testing.assert_close(x, y, rtol=rtol, atol=0, msg=name)
+
+
+@pytest.mark.parametrize(("batch", "n"), [(2, 1), (3, 12), (2, 33), (2, 64), (2, 70), (1, 130)])
+@pytest.mark.parametrize("spoil", [0.0, 1e-3])
+def test_norms_match_float64_torch_products(batch: int, n: int, spoil: float) -> None:
+    """Honest factors leave residuals of rounding size, where float64 summation order shows at
+    about 1e-10 relative; spoiled ones test every tile's and slot's share exactly."""
+    a, h, q = _factors(batch, n, "cpu", spoil)
+    _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
+
+
+def test_without_reconstruction_the_other_norms_are_unchanged() -> None:
+    a, h, q = _factors(2, 40, "cpu", 1e-3)
+    full = residual_norms(a, h, q)
+    gates = residual_norms(a, h, q, reconstruction=False)
+    assert gates[4] is None
+    for name, x, y in zip(NAMES[:4], gates[:4], full[:4], strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=0, msg=name)
+
+
+def test_bad_operands_are_refused() -> None:
+    a = torch.zeros(2, 8, 8)
+    with pytest.raises(ValueError, match="q must be"):
+        residual_norms(a, a, a.double())
+    with pytest.raises(ValueError, match="h must be"):
+        residual_norms(a, a[:1], a)
+
+
+def test_tile_size() -> None:
+    assert [tile_size(n) for n in (1, 16, 17, 32, 33, 64, 512, 4096)] == [16, 16, 32, 32, 64, 64, 64, 64]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "n"), [(40, 176), (16, 512), (2, 1024)])
+@pytest.mark.parametrize("spoil", [0.0, 1e-3])
+def test_compiled_kernels_match_on_the_gpu(batch: int, n: int, spoil: float) -> None:
+    a, h, q = _factors(batch, n, "cuda", spoil)
+    _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
+
