@@ -375,8 +375,9 @@ def test_graphed_call_matches_eager() -> None:
 @pytest.mark.gpu
 def test_direct_launch_matches_the_jit() -> None:
     """After a shape's first call the whole-matrix kernel is launched without the JIT: on new
-    inputs, a second shape and inputs it cannot take (an odd offset; an aligned view with a storage
-    offset: the JIT's way again) it computes bit for bit what the JIT's launch does."""
+    inputs, a second shape, an aligned view with a storage offset (its address, offset included)
+    and an input it cannot take (an odd offset: the JIT's way again) it computes bit for bit what
+    the JIT's launch does."""
     launching._COMPILED.clear()
     for b, n in ((20, 32), (3, 64), (20, 32)):
         for seed in (1, 2):
@@ -384,8 +385,7 @@ def test_direct_launch_matches_the_jit() -> None:
             shifted = torch.empty(a.numel() + 1, device=a.device)[1:].view_as(a).copy_(a)  # 4 bytes off 16
             view = torch.empty(a.numel() + 4, device=a.device)[4:].view_as(a).copy_(a)  # aligned, offset 4
             for given in (a, shifted, view):
-                h, tau = torch.empty_like(a), a.new_empty(b, n)
-                kernels.factor_matrices(given, h, tau)
+                h, tau = kernels.factor_matrices(given)
                 h_jit, tau_jit = torch.empty_like(a), a.new_empty(b, n)
                 kernels.factor_panel(given, h_jit, tau_jit)
                 assert torch.equal(h, h_jit)

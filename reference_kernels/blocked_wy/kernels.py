@@ -69,7 +69,8 @@ def _panel_kernel(
     pid = tl.program_id(0).to(tl.int64)
     src_mat = matrix_start(src, src_off, pid, mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid, mat_stride, ALIGNED)
-    v_mat = matrix_start(v, v_off, pid, v_mat_stride, ALIGNED)
+    if WRITE_WY:  # without it the V and T arguments are None (constexprs): fewer to pass per launch
+        v_mat = matrix_start(v, v_off, pid, v_mat_stride, ALIGNED)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_W)
     r2 = rows[:, None]
@@ -166,7 +167,7 @@ def _panel_launch(
     top_tile = top_tile and m >= 2 * w  # the top tile needs a panel at least twice as tall as wide
     tau_base, tau_off = _base(tau)
     if wy is None:
-        v_args = t_args = (tau_base, 0, 0, 0)
+        v_args = t_args = (None, None, None, None)  # constexprs the kernel never reads
     else:
         v, t = wy
         v_args = (*_base(v), v.stride(0), v.stride(1))
@@ -217,14 +218,17 @@ def factor_panel(
 
 def factor_matrices(
     a: torch.Tensor,
-    h: torch.Tensor,
-    tau: torch.Tensor,
     one_reduction: bool = True,
     warps: int | None = None,
     two_columns: bool = False,
-) -> None:
-    """:func:`factor_panel` of whole n x n matrices ``a`` into ``h`` (all three contiguous), the
-    compiled kernel launched directly after a shape's first call (the small cases are host-bound)."""
-    key = (a.shape, one_reduction, warps, two_columns)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`factor_panel` of the whole n x n matrices of ``a`` (contiguous) into fresh ``(H, tau)``,
+    the compiled kernel launched directly after a shape's first call (the small cases are host-bound:
+    the outputs being this call's own allocations, only ``a`` is checked for it)."""
+    batch, n, _ = a.shape
+    h = torch.empty_like(a)
+    tau = a.new_empty(batch, n)
+    key = (batch, n, one_reduction, warps, two_columns)
     make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)  # noqa: E731
-    launch(_panel_kernel, make, key=key, tensors=(a, h, tau))
+    launch(_panel_kernel, make, key, (a, h, tau), fresh=2)
+    return h, tau

@@ -153,13 +153,17 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
 
 def default_plan(n: int) -> Plan:
     """The plan of ``DEFAULT_PLANS`` for an n x n matrix."""
-    return next(plan for bound, plan in DEFAULT_PLANS if n <= bound)
+    for bound, plan in DEFAULT_PLANS:  # a loop: half a generator's host time, on every call of qr
+        if n <= bound:
+            return plan
+    raise ValueError(f"no default plan for n = {n}")
 
 
 def require_square_batch(a: torch.Tensor) -> None:
     """The input both reference kernels take: a batch x n x n float32 tensor."""
-    if a.dim() != 3 or a.shape[-1] != a.shape[-2] or a.dtype != torch.float32:
-        raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(a.shape)}")
+    shape = a.shape
+    if len(shape) != 3 or shape[1] != shape[2] or a.dtype != torch.float32:
+        raise ValueError(f"expected a batch x n x n float32 tensor, got {a.dtype} {tuple(shape)}")
 
 
 def ieee_fp32() -> AbstractContextManager[None]:
@@ -294,6 +298,12 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
         return _GRAPHS[key](a)
 
 
+# The Plan fields qr's keyword arguments override, in the order of its signature.
+OVERRIDES = (
+    "nb", "leaf", "whole_max", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps", "graph",
+)
+
+
 def qr(
     a: torch.Tensor,
     *,
@@ -318,21 +328,15 @@ def qr(
     require_square_batch(a)
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
-    fields = {"nb": nb, "leaf": leaf, "whole_max": whole_max, "update": update, "inner": inner}
-    fields |= {"one_reduction": one_reduction, "top_tile": top_tile, "two_columns": two_columns}
-    fields |= {"panel_warps": panel_warps, "graph": graph}
-    overrides = {key: value for key, value in fields.items() if value is not None}
-    if overrides:
-        plan = replace(plan, **overrides)
+    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph)
+    if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
+        plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:
         plan = replace(plan, leaf=plan.nb)
 
     a = a.contiguous()
     if n <= plan.whole_max:
-        h = torch.empty_like(a)
-        tau = a.new_empty(batch, n)
-        factor_matrices(a, h, tau, plan.one_reduction, plan.panel_warps, plan.two_columns)
-        return h, tau
+        return factor_matrices(a, plan.one_reduction, plan.panel_warps, plan.two_columns)
     with ieee_fp32():
         if plan.graph and a.is_cuda:
             return _graphed(a, plan)
