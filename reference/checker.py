@@ -8,7 +8,8 @@ materialised from ``(H, tau)``:
 - ``"blocked"``: the batched compact-WY product of :mod:`reference.householder` (float32 too).
 - ``"fast"``: the blocked product, trusted only for a clear pass; anything else (a failure, a
   non-finite Q, or a pass within a factor of two of a gate) is decided again by the published
-  path, so the verdict, and the message of every failure, are the contest's.
+  path, so the verdict, and the message of every failure, are the contest's. Its residuals are
+  float64 products, computed on CUDA by the fused kernels of :mod:`reference.checker_kernels`.
 - ``"auto"`` (default): ``"fast"`` on CUDA, where the published path loops over the batch;
   ``"published"`` on the CPU, where LAPACK's loop is cheap.
 """
