@@ -47,6 +47,16 @@ def tile_size(n: int) -> int:
 
 
 @triton.jit
+def _tile(n, BM: tl.constexpr):
+    """This program's output tile (ti, tj) of matrix b: the matrix's first element and the tile's
+    row and column indices."""
+    ti = tl.program_id(0)
+    tj = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    return ti, tj, b, b * n * n, ti * BM + tl.arange(0, BM), tj * BM + tl.arange(0, BM)
+
+
+@triton.jit
 def _transposed_step(acc, x, y, n, rows, cols, k):
     xt = tl.load(x + k[None, :] * n + rows[:, None], mask=(k[None, :] < n) & (rows[:, None] < n), other=0.0)
     yt = tl.load(y + k[:, None] * n + cols[None, :], mask=(k[:, None] < n) & (cols[None, :] < n), other=0.0)
@@ -72,12 +82,7 @@ def _transposed_product(x, y, n, rows, cols, BM: tl.constexpr, BK: tl.constexpr,
 @triton.jit
 def _factor_kernel(q, a, h, factor_part, lower_part, n, BM: tl.constexpr, BK: tl.constexpr, INTERPRETED: tl.constexpr):
     """Tile (ti, tj) of ``Q^T A``: column sums of ``|R - Q^T A|`` and of its strictly lower part."""
-    ti = tl.program_id(0)
-    tj = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-    start = b * n * n
-    rows = ti * BM + tl.arange(0, BM)
-    cols = tj * BM + tl.arange(0, BM)
+    ti, _, b, start, rows, cols = _tile(n, BM)
     projected = _transposed_product(q + start, a + start, n, rows, cols, BM, BK, INTERPRETED)
     upper = (rows[:, None] <= cols[None, :]) & (cols[None, :] < n)
     r = tl.load(h + start + rows[:, None] * n + cols[None, :], mask=upper, other=0.0).to(tl.float64)
@@ -91,14 +96,9 @@ def _factor_kernel(q, a, h, factor_part, lower_part, n, BM: tl.constexpr, BK: tl
 def _orthogonality_kernel(q, part, n, BM: tl.constexpr, BK: tl.constexpr, INTERPRETED: tl.constexpr):
     """Tile (ti, tj), ti <= tj, of ``Q^T Q - I``: its column sums (slot ti of columns tj) and, off
     the diagonal, its row sums, the column sums of the mirror tile (slot tj of columns ti)."""
-    ti = tl.program_id(0)
-    tj = tl.program_id(1)
+    ti, tj, b, start, rows, cols = _tile(n, BM)
     if ti > tj:
         return
-    b = tl.program_id(2).to(tl.int64)
-    start = b * n * n
-    rows = ti * BM + tl.arange(0, BM)
-    cols = tj * BM + tl.arange(0, BM)
     gram = _transposed_product(q + start, q + start, n, rows, cols, BM, BK, INTERPRETED)
     eye = (rows[:, None] == cols[None, :]) & (cols[None, :] < n)
     residual = tl.abs(gram - tl.where(eye, 1.0, 0.0).to(tl.float64))
@@ -121,12 +121,7 @@ def _reconstruction_kernel(q, h, a, recon_part, a_part, n, BM: tl.constexpr, BK:
                            INTERPRETED: tl.constexpr):
     """Tile (ti, tj) of ``QR - A`` (R = triu(H), so rows of R past the tile's last column are
     skipped): column sums of its magnitudes, and of A's."""
-    ti = tl.program_id(0)
-    tj = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
-    start = b * n * n
-    rows = ti * BM + tl.arange(0, BM)
-    cols = tj * BM + tl.arange(0, BM)
+    ti, tj, b, start, rows, cols = _tile(n, BM)
     ks = tl.arange(0, BK)
     acc = tl.zeros([BM, BM], dtype=tl.float64)
     end = tl.minimum(n, (tj + 1) * BM)

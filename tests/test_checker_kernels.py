@@ -4,16 +4,24 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
+# The compile test reruns this file in a fresh process without the interpreter (tests/compile_only.py).
+COMPILE_ONLY = "CHECKER_KERNELS_COMPILE_ONLY"
+if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"  # before the kernels' module is first imported
 
-from reference import checker, generate_input
-from reference.checker_kernels import residual_norms, tile_size
-from reference.householder import householder_q
+import triton  # noqa: E402
+
+from reference import checker, checker_kernels, generate_input  # noqa: E402
+from reference.checker_kernels import residual_norms, tile_size  # noqa: E402
+from reference.householder import householder_q  # noqa: E402
+from tests.compile_only import rerun_compiled  # noqa: E402
+
+NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 NAMES = ("a_norm", "factor", "triangular", "orthogonality", "reconstruction")
 
@@ -65,6 +73,27 @@ def test_bad_operands_are_refused() -> None:
 
 def test_tile_size() -> None:
     assert [tile_size(n) for n in (1, 16, 17, 32, 33, 64, 512, 4096)] == [16, 16, 32, 32, 64, 64, 64, 64]
+
+
+@pytest.mark.skipif(not NVIDIA_BACKEND.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
+def test_kernels_compile_for_sm90() -> None:
+    """Every launch of the three kernels at qr_v2's sizes compiles to a cubin for sm_90 (the
+    interpreter checks the arithmetic, this the rest)."""
+    if rerun_compiled(__file__, "test_kernels_compile_for_sm90", COMPILE_ONLY):
+        return
+    from reference_kernels.blocked_wy.offline import compile_launch, record_calls
+
+    def run() -> None:
+        for n in (32, 176, 352, 512, 1024, 4096):
+            meta = torch.empty(1, n, n, device="meta")
+            residual_norms(meta, meta, meta)
+
+    names = ("_factor_kernel", "_orthogonality_kernel", "_reconstruction_kernel")
+    kernels = [(checker_kernels, name) for name in names]
+    launches = record_calls(run, kernels)
+    assert len(launches) >= 6
+    for name, launch in launches.items():
+        assert compile_launch(launch), name
 
 
 @pytest.mark.gpu

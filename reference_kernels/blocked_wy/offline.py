@@ -4,12 +4,14 @@
 and derives each launch's specialisation exactly as Triton's launcher would on the GPU;
 ``compile_launch`` builds it with the real compiler (Triton's wheel ships ptxas). Use: the CPU test
 that every launch compiles (and a look at a plan's registers and spills without a GPU).
-Not part of the contest export. Must run where the interpreter has not run (TRITON_INTERPRET unset).
+``record_calls`` does the same for any code's launches (the checker's kernels use it too). Not part
+of the contest export. Must run where the interpreter has not run (TRITON_INTERPRET unset).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -20,7 +22,7 @@ import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
 from reference_kernels.blocked_wy.qr import Plan, qr
 
-__all__ = ["Launch", "compile_launch", "record_launches"]
+__all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 
 Launch = tuple[triton.runtime.jit.JITFunction, tuple[dict, dict, dict, dict]]
 _KERNELS = (
@@ -70,19 +72,29 @@ class _Recorder:
         return launch
 
 
-def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
-    """The distinct launches of ``qr`` on (batch, n) shapes with the given plans (eager, as captured)."""
+def record_calls(run: Callable[[], object], kernels: Iterable[tuple[ModuleType, str]]) -> dict[str, Launch]:
+    """The distinct launches ``run`` makes of the kernels named (module, attribute), each swapped
+    for a recorder meanwhile: ``run`` calls the code under test on meta tensors."""
     found: dict[str, Launch] = {}
-    saved = [(module, name, getattr(module, name)) for module, name in _KERNELS]
+    saved = [(module, name, getattr(module, name)) for module, name in kernels]
     try:
         for module, name, fn in saved:
             setattr(module, name, _Recorder(fn, found))
-        for (batch, n), plan in calls:
-            qr(torch.empty(batch, n, n, device="meta"), plan=plan, graph=False)
+        run()
     finally:
         for module, name, fn in saved:
             setattr(module, name, fn)
     return found
+
+
+def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
+    """The distinct launches of ``qr`` on (batch, n) shapes with the given plans (eager, as captured)."""
+
+    def run() -> None:
+        for (batch, n), plan in calls:
+            qr(torch.empty(batch, n, n, device="meta"), plan=plan, graph=False)
+
+    return record_calls(run, _KERNELS)
 
 
 def compile_launch(launch: Launch) -> bytes:
