@@ -227,14 +227,21 @@ def _fast_residuals(
     """Per matrix: ``||A||_1``, ``||R - Q^T A||_1``, ``||tril(Q^T A, -1)||_1``, ``||Q^T Q - I||_1``
     and (``reconstruction``) ``||QR - A||_1``, with Q from the blocked product and every product
     in float64: fused Triton kernels on CUDA (imported on first use, so that the interpreter
-    setting in force then decides how they run), torch elsewhere."""
+    setting in force then decides how they run), torch elsewhere (:func:`_fused_kernels_run_on`)."""
     with _ieee_fp32_matmul():
         q = householder_q(h, tau)
-    if q.is_cuda:
+    if _fused_kernels_run_on(q.device):
         from reference.checker_kernels import residual_norms
 
         return residual_norms(a, h, q, reconstruction)
     return _torch_residuals(a, h, q, reconstruction)
+
+
+def _fused_kernels_run_on(device: torch.device) -> bool:
+    """Whether the residual kernels run on ``device``: CUDA from compute capability 8.0, where
+    float64 ``tl.dot`` maps to tensor-core instructions (the kernels were built and measured for
+    those); older GPUs, where it is not verified here, and the CPU take the torch path."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def _fast_clear_pass(

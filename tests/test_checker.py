@@ -167,3 +167,14 @@ def test_gates_only_check_gives_the_same_verdict_without_reconstruction(factored
     h, t = out
     spoiled = verdict(a, (torch.zeros_like(h), t), q_method="fast", reconstruction=False)
     assert spoiled.as_tuple() == check(a, (torch.zeros_like(h), t), q_method="published")
+
+
+@pytest.mark.parametrize(
+    ("device", "capability", "expected"),
+    [("cuda", (9, 0), True), ("cuda", (8, 0), True), ("cuda", (7, 5), False), ("cpu", None, False)],
+)
+def test_fused_residual_kernels_need_ampere_or_later(monkeypatch, device: str, capability, expected: bool) -> None:
+    """The kernels are verified where float64 tensor-core products exist (compute capability 8.0
+    on); older GPUs check with torch."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert checker._fused_kernels_run_on(torch.device(device)) is expected
