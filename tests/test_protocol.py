@@ -491,3 +491,23 @@ def test_all_equal_decides_a_repeat_at_once_and_falls_back_on_any_doubt() -> Non
     assert not protocol._all_equal([torch.ones(2, 3)], [torch.ones(3, 2)])  # one pair: torch.equal itself
     assert not protocol._all_equal([torch.ones(6), torch.ones(2)], [torch.ones(2, 3), torch.ones(2)])  # same numel
     assert not protocol._all_equal(a, a[:1])
+
+
+def test_timed_checks_leave_out_the_reconstruction_residual_and_tests_keep_it(monkeypatch) -> None:
+    """A timed case reports only the gates' residuals, so its checks (the correctness pass and
+    every repeat's) skip QR - A; a test case reports every figure, so its check computes it."""
+    asked: list[bool] = []
+    real = protocol.verdict
+
+    def spy(a: torch.Tensor, output: object, q_method: str = "auto", reconstruction: bool = True):
+        asked.append(reconstruction)
+        return real(a, output, q_method, reconstruction)
+
+    monkeypatch.setattr(protocol, "verdict", spy)
+    assert _bench(Recorder(), timing=TWO_INPUTS, repeats=3, clock=fake_clock(0.04)).passed
+    assert asked
+    assert not any(asked)
+    asked.clear()
+    result = run_test_case(_harness(Recorder()), 0, CASE)
+    assert asked == [True]
+    assert "scaled_reconstruction_residual" in result.diagnostics
