@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+import evaluator.estimate as estimate
 from evaluator.contestant import resolve_contestant
-from evaluator.estimate import estimate_run, predict_repeats, render_estimate
+from evaluator.estimate import CasePilot, _timed_pass, estimate_run, predict_repeats, render_estimate
 from evaluator.measure.stopping import ContestRule
-from evaluator.protocol import WALL_CAP_S
+from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
+from evaluator.results import CaseResult
 from evaluator.runner import RunOptions
-from evaluator.shapes import resolve_shapes
+from evaluator.shapes import Case, Timing, resolve_shapes
 
 TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
 
@@ -45,3 +47,33 @@ def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
     text = render_estimate(est)
     assert "ranked-secret" in text
     assert "contest wall s" in text
+
+
+def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each benchmark case is piloted twice: hardened with fresh inputs and rechecks (qrbench's
+    repeats), then the contest's way, the same inputs in every repeat and no recheck (the
+    contest's noise); the run's own rules are back in force afterwards."""
+    passes: list[tuple[str, bool, bool]] = []
+    real = estimate.benchmark_case
+
+    def spy(h: Harness, index: int, case: Case, settings: BenchSettings, timing: Timing) -> CaseResult:
+        passes.append((case.label, h.hardening.fresh_inputs, settings.recheck))
+        return real(h, index, case, settings, timing)
+
+    monkeypatch.setattr(estimate, "benchmark_case", spy)
+    shapes = resolve_shapes(TINY_SHAPES)
+    est = estimate_run(resolve_contestant("geqrf"), "benchmark", shapes, RunOptions(device="cpu"), repeats=3)
+    labels = [c.label for c in shapes.benchmarks]
+    assert passes == [p for label in labels for p in ((label, True, True), (label, False, False))]
+    assert all(p.contest_cv >= 0 for p in est.cases)
+    assert "cv % (same inputs)" in render_estimate(est)
+
+
+def test_contest_repeats_follow_the_contest_noise() -> None:
+    """A case whose fresh inputs make its times vary, but whose same inputs do not: qrbench's
+    prediction runs it to the repeat cap, the contest's stops it at the rule's first chance."""
+    pilot = CasePilot(case=Case(batch=2, n=64, cond=1, seed=1), inputs=1, call_s=1e-3, cv=0.05, repeat_s=0.05,
+                      check_s=0.01, first_pass_s=0.1, published_check_s=0.02, contest_cv=0.0)
+    settings = BenchSettings(True, 200, 10.0)
+    assert _timed_pass([pilot], settings, contest=False)[0] == 200
+    assert _timed_pass([pilot], settings, contest=True)[0] == 5  # the first repeat past the rule's 0.1 s
