@@ -293,7 +293,8 @@ def render_estimate(est: Estimate) -> str:
                                       "contest limit s"], tablefmt="github"),
         "",
         f"qrbench: about {est.wall_s:.0f} s; the contest's protocol: about {est.contest_wall_s:.0f} s "
-        "(repeats follow the contest's stopping rule with the pilot's noise, which a few repeats estimate roughly)",
+        "(repeats follow the contest's stopping rule with the pilot's noise: fresh inputs for qrbench, the same inputs "
+        "for the contest; a few repeats estimate it roughly)",
     ]
     lines += [f"warning: the contest's protocol would run past the {s.name} stage's {s.contest_limit_s:.0f} s limit "
               f"(about {s.contest_wall_s:.0f} s)" for s in est.stages if s.over_limit]
