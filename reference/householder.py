@@ -6,19 +6,14 @@ kernel is fast (0.24 s at 640x512 on an H200, docs/problem.md §6). Here Q is bu
 blocked ``orgqr`` does, but for the whole batch in a fixed number of launches: reflectors are
 grouped in blocks of ``block`` columns, each block becomes ``I - V T V^T`` (compact WY, T as
 in ``larft``), and the blocks are applied right to left with batched matrix products.
-Everything stays in float32, as in the contest. On CUDA the blocks' T come from one Triton launch
-(:mod:`reference.larft_kernel`) rather than log2(block) rounds of small torch products.
+Everything stays in float32, as in the contest.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["KERNEL_MAX_BLOCK", "default_block", "householder_q", "triangles", "triangles_from_gram", "wy_triangles"]
-
-# The widest block whose T the Triton kernel holds in registers (reference/larft_kernel.py); wider
-# ones, which default_block never picks, take the torch path everywhere.
-KERNEL_MAX_BLOCK = 64
+__all__ = ["default_block", "householder_q", "triangles_from_gram", "wy_triangles"]
 
 
 def default_block(n: int) -> int:
@@ -65,26 +60,6 @@ def triangles_from_gram(gram: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def triangles(gram: torch.Tensor, tau: torch.Tensor, *, use_kernel: bool | None = None) -> torch.Tensor:
-    """:func:`triangles_from_gram` by the Triton kernel (``use_kernel``; by default where
-    :func:`_larft_kernel_runs_on` says) or by torch. The kernel's module is imported on first use,
-    so that the interpreter setting in force then decides how it runs."""
-    if use_kernel is None:
-        use_kernel = _larft_kernel_runs_on(gram.device, gram.shape[-1])
-    if not use_kernel:
-        return triangles_from_gram(gram, tau)
-    from reference.larft_kernel import larft_triangles
-
-    return larft_triangles(gram, tau)
-
-
-def _larft_kernel_runs_on(device: torch.device, block: int) -> bool:
-    """Whether the Triton kernel builds T: for blocks up to :data:`KERNEL_MAX_BLOCK` wide on CUDA
-    from compute capability 8.0, the GPUs the fast checker's kernels are built for
-    (reference/checker.py); elsewhere torch, which needs no compiler and, on the CPU, saves no launches."""
-    return block <= KERNEL_MAX_BLOCK and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
-
-
 def _unit_lower(h: torch.Tensor, width: int) -> torch.Tensor:
     """V: the strictly lower triangle of ``h`` with a unit diagonal, zero-padded to ``width``
     columns, in two passes over memory (the triangle, then the diagonal in place)."""
@@ -118,12 +93,9 @@ def _block_gram(v: torch.Tensor, j0: int, block: int) -> torch.Tensor:
     return torch.bmm(vj.transpose(1, 2), vj)
 
 
-def householder_q(
-    h: torch.Tensor, tau: torch.Tensor, block: int | None = None, *, use_kernel: bool | None = None
-) -> torch.Tensor:
+def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """Q = H_1 H_2 ... H_n for each matrix of the batch, in float32 (the contract of
-    ``torch.linalg.householder_product(h, tau)`` for square ``h``); ``use_kernel`` as in
-    :func:`triangles`."""
+    ``torch.linalg.householder_product(h, tau)`` for square ``h``)."""
     if h.dim() != 3 or h.shape[-1] != h.shape[-2]:
         raise ValueError(f"h must be batch x n x n, got {tuple(h.shape)}")
     if tau.shape != h.shape[:2]:
@@ -141,7 +113,7 @@ def householder_q(
     # product below need only the rows from that column down.
     v_blocks = v.view(batch, n, blocks, block).movedim(2, 1)  # batch x blocks x n x block (a view)
     grams = torch.stack([_block_gram(v, j * block, block) for j in range(blocks)], dim=1)
-    t = triangles(grams, tau_padded.view(batch, blocks, block), use_kernel=use_kernel)
+    t = triangles_from_gram(grams, tau_padded.view(batch, blocks, block))
 
     q = _identity_like(h)
     # Right to left: Q <- (I - V T V^T) Q touches rows and columns j0: only, since every block
