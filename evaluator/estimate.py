@@ -32,7 +32,6 @@ from tabulate import tabulate
 
 from evaluator.contestant import Contestant
 from evaluator.execution import Executor
-from evaluator.measure.stats import Stats
 from evaluator.measure.stopping import ContestRule
 from evaluator.measure.timing import synchronize
 from evaluator.modes import STAGES_BY_MODE, Mode, stage_mode
@@ -162,7 +161,7 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
             # The median repeat: a case's first repeats carry one-off costs the long run amortises.
             repeat_s = statistics.median(b - a for a, b in zip([0.0, *timed_s], timed_s, strict=False))
             pilots.append(CasePilot(
-                case=case, inputs=count, call_s=stats.mean_ns / 1e9, cv=_cv(stats),
+                case=case, inputs=count, call_s=stats.mean_ns / 1e9, cv=robust_cv(result.samples_ns),
                 repeat_s=repeat_s, check_s=checked_s / (runs + 1), first_pass_s=wall_s - timed_s[-1],
                 published_check_s=0.0, contest_cv=_same_inputs_cv(h, i, case, repeats, shapes.timing),
             ))
@@ -170,13 +169,13 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
     return source
 
 
-def _cv(stats: Stats | None) -> float:
-    return stats.std_ns / stats.mean_ns if stats is not None and stats.mean_ns > 0 else 0.0
-
-
 def robust_cv(samples: Sequence[float]) -> float:
     """Relative spread from the median absolute deviation (scaled to a normal's standard
-    deviation): a lone slow repeat does not count."""
+    deviation): a lone slow repeat does not count. Both of a case's pilot passes start with a
+    repeat after a pause (their correctness pass's checks), which the repeats of a long run
+    mostly are not, or all are (:func:`_same_inputs_cv`); with the plain spread the pilot put
+    40x176 at 4.97% and predicted 136 s for a hardened run that took 65.4 s
+    (``reports/h200/2026-12-02-blocked_wy-estimate-fresh-plain-spread.txt``)."""
     if len(samples) < 2:
         return 0.0
     middle = statistics.median(samples)
@@ -193,7 +192,7 @@ def _same_inputs_cv(h: Harness, index: int, case: Case, repeats: int, timing: Ti
     pass's checks) and the rest run back to back, where every repeat of the contest's follows its
     check. A call after a pause runs 1-4% slower (reports/h200/2026-12-01-pause-before-repeat.md),
     so that one repeat alone gave 640x512 a 2.06% spread against the 0.10-0.15% of the contest's
-    own run of it (``reports/h200/2026-12-02-blocked_wy-estimate.txt``,
+    own run of it (``reports/h200/2026-12-02-blocked_wy-estimate-plain-spread.txt``,
     ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-compat.json``)."""
     hardening, progress = h.hardening, h.progress
     h.hardening, h.progress = replace(hardening, fresh_inputs=False), no_progress
