@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
 
 import evaluator.estimate as estimate
 from evaluator.contestant import resolve_contestant
-from evaluator.estimate import CasePilot, _timed_pass, estimate_run, predict_repeats, render_estimate, robust_cv
+from evaluator.estimate import CasePilot, _timed_pass, estimate_run, predict_repeats, render_estimate, settled_cv
 from evaluator.measure.stopping import ContestRule
 from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
 from evaluator.results import CaseResult
@@ -79,9 +80,8 @@ def test_contest_repeats_follow_the_contest_noise() -> None:
     assert _timed_pass([pilot], settings, contest=True)[0] == 5  # the first repeat past the rule's 0.1 s
 
 
-def test_robust_cv_ignores_a_lone_slow_repeat() -> None:
+def test_settled_cv_leaves_out_the_first_repeat_only() -> None:
     steady = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8, 100.1, 99.9, 100.0]
-    assert robust_cv([104.0, *steady]) == pytest.approx(robust_cv(steady), rel=0.5)
-    assert robust_cv([104.0, *steady]) < 0.003  # the plain spread of these ten is 1.3%
-    assert robust_cv([90.0, 110.0] * 5) == pytest.approx(0.1483, rel=1e-3)
-    assert robust_cv([5.0]) == 0.0
+    assert settled_cv([104.0, *steady]) == pytest.approx(statistics.stdev(steady) / 100.0)
+    assert settled_cv([100.0, 90.0, 110.0] * 3) > 0.05  # slow and fast repeats later on all count
+    assert settled_cv([5.0, 6.0]) == 0.0
