@@ -9,10 +9,8 @@ samples with the pilot's mean and noise) predicts the repeats of every timed pas
 stage's wall. The contest's protocol is predicted from the same pilot with its own costs: the
 published checker (its median over a few checks per shape) on every output of every repeat, and
 no hand-over; and with its own noise, which a second short pass per case measures the contest's
-way, timing the same inputs in every repeat. (Fresh inputs make some kernels' times vary more:
-a pilot with them put 48 repeats on a case the contest stopped after 3,
-``reports/h200/2026-12-01-blocked_wy-estimate.txt`` against
-``reports/h200/2026-12-01-blocked_wy-time-to-verdict-compat.json``.)
+way, timing the same inputs in every repeat (the contest reuses its inputs; qrbench makes fresh
+ones, whose content can move a kernel's time).
 
 What it cannot know: the noise of the real run (the pilot's few repeats estimate it roughly, and
 repeats grow with its square), and compilation, which the pilot pays and caches (reported apart).
