@@ -207,7 +207,9 @@ def _published_check_s(case: Case, checks: int = PUBLISHED_CHECKS) -> float:
     """One check of one output with the contest's checker (its per-matrix Q loop), on geqrf's
     output of an input of this shape: its cost depends on the shape alone. The median of
     ``checks`` timed checks after a warm one: a single one read 3.6 ms at 20x32 on an H200 where
-    the contest's run spent about 2.5 ms a check (the files of :data:`__doc__`)."""
+    the contest's run spent about 2.5 ms a check (``reports/h200/2026-12-01-blocked_wy-estimate.txt``,
+    ``reports/h200/2026-12-01-blocked_wy-time-to-verdict-compat.json``: 932 ranked repeats of 50
+    checks in its 120 s cap)."""
     a = generate_input(**replace(case, seed=1).generator_args())
     output = torch.geqrf(a)
     verdict(a, output, "published")  # first call: library handles and workspaces
