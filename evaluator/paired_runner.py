@@ -3,7 +3,7 @@ driven in interleaved blocks (:mod:`evaluator.paired`).
 
 Contestants never share a process. Each gets what a normal hardened run gives it: the contest
 service's submission gates first, a worker of its own with its scratch directory
-(:func:`evaluator.runner.spawn_worker`), the hand-over allowance measured before its kernel is
+(:func:`evaluator.workers.spawn_worker`), the hand-over allowance measured before its kernel is
 imported, and every hardening rule (:func:`evaluator.runner.hardened_harness`). The workers live
 at the same time, so they share one containment (:func:`evaluator.hardening.containment.contained_stage`
 with every contestant's scratch directory): processes left behind and writes into the project
@@ -53,12 +53,12 @@ from evaluator.runner import (
     finish_stage,
     hardened_harness,
     new_run,
-    spawn_worker,
     stage_limit_s,
     stop_worker,
     worker_job,
 )
 from evaluator.shapes import ShapeSet
+from evaluator.workers import spawn_worker
 
 __all__ = ["STAGE", "paired_settings", "run_comparison", "unique_labels"]
 

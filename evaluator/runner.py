@@ -19,11 +19,9 @@ import secrets
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,10 +31,9 @@ from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, new_key
-from evaluator.hardening.containment import contained_stage, worker_env, worker_scratch
+from evaluator.hardening.containment import contained_stage, worker_scratch
 from evaluator.hardening.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.hardening.precheck import Precheck, precheck_file
-from evaluator.hardening.sandbox import Scratch
 from evaluator.margin import DEFAULT_MARGIN_WARN
 from evaluator.measure.clocks import ClockSampler, sampler_for
 from evaluator.measure.ledger import Ledger
@@ -45,6 +42,7 @@ from evaluator.protocol import CASE_MODES, Harness, combine_seed, run_profile
 from evaluator.remote import RemoteExecutor, WorkerLink
 from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult, StageResult
 from evaluator.shapes import Case, ShapeSet, Timing
+from evaluator.workers import SpareWorkers, StartedWorker, spawn_worker
 
 __all__ = [
     "RunOptions",
@@ -56,13 +54,10 @@ __all__ = [
     "plan_stages",
     "run_contestant",
     "run_stage",
-    "spawn_worker",
     "stage_limit_s",
     "stop_worker",
     "worker_job",
 ]
-
-_REPO = Path(__file__).resolve().parents[1]
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 UpdateFn = Callable[[RunResult], None]
@@ -123,34 +118,6 @@ def plan_stages(mode: str, seed: int | None) -> list[StagePlan]:
 def stage_limit_s(plan: StagePlan, shapes: ShapeSet, options: RunOptions) -> float:
     """The wall-time limit of one stage's worker (the shape file's limit for its mode, scaled)."""
     return shapes.timeout_s(plan.mode) * options.timeout_scale
-
-
-def _worker_env(options: RunOptions, scratch: Scratch) -> dict[str, str]:
-    env = worker_env(os.environ, scratch)
-    env.pop("POPCORN_SEED", None)
-    env.pop("POPCORN_FD", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    if options.device == "cpu":
-        # Set before the interpreter starts, so it holds before anything imports triton, and
-        # hide GPUs so the generator (which follows CUDA availability) makes CPU inputs.
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    env.update(options.env)
-    return env
-
-
-def spawn_worker(options: RunOptions, scratch: Scratch) -> tuple[subprocess.Popen[bytes], int]:
-    """A worker (``python -m evaluator.worker``) in a session of its own, its caches and temporary
-    files in ``scratch``; returns it and the read end of its result channel."""
-    read_fd, write_fd = os.pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evaluator.worker", str(write_fd)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,), env=_worker_env(options, scratch), start_new_session=True,
-    )
-    os.close(write_fd)
-    return proc, read_fd
 
 
 class _Collector:
@@ -314,6 +281,7 @@ def run_stage(
     on_case: Callable[[StageResult], None] | None = None,
     on_progress: ProgressFn | None = None,
     cases_of: CaseSource | None = None,
+    spares: SpareWorkers | None = None,
 ) -> tuple[StageResult, dict[str, Any]]:
     """Run one stage in a fresh, contained worker; return the stage and the environment.
 
@@ -322,7 +290,11 @@ def run_stage(
     Either way the worker's leftover processes are killed afterwards and what it wrote into the
     project is undone and named (:mod:`evaluator.hardening.sandbox`). ``cases_of`` (hardened only) yields the
     stage's cases in place of the mode's (:mod:`evaluator.sweep`), ``shapes`` listing them all.
+    ``spares``: workers started ahead, one of which this stage takes (:mod:`evaluator.workers`),
+    hardened only.
     """
+    if spares is not None and options.compat:
+        raise ValueError("a --compat stage starts its worker fresh, as the contest's service does")
     if cases_of is not None and options.compat:
         raise ValueError("cases_of runs in the parent: a --compat stage runs its mode in the worker")
     shapes = replace(shapes, timing=options.timing_for(shapes))
@@ -355,8 +327,12 @@ def run_stage(
             on_progress(stage, event)
 
     with contained_stage(shapes.path if shapes.path.is_file() else None, scratch) as containment:
-        proc, read_fd = spawn_worker(options, scratch)
+        begun = time.perf_counter()
+        spare = spares.take() if spares is not None else None
+        proc, read_fd, early_output = spare or StartedWorker(*spawn_worker(options, scratch))
+        ledger.add("worker_start", time.perf_counter() - begun)
         link = WorkerLink(proc, read_fd, key, started + limit_s, limit_s, plan.mode)
+        link.output.add(early_output)
         if on_progress is not None:
             link.on_wait = lambda: on_progress(plan.name, {"event": "wait"})
         try:
@@ -465,18 +441,31 @@ def run_contestant(
         on_update(run)
     if not gates.passed:
         return run
-    for plan in plan_stages(mode, options.seed) if stages is None else stages:
+    plans = plan_stages(mode, options.seed) if stages is None else list(stages)
+    count = _spare_count(plans, options)
+    with SpareWorkers(options, worker_scratch(contestant), count) as spares:
+        for i, plan in enumerate(plans):
 
-        def publish(stage: StageResult, current: RunResult = run) -> None:
+            def publish(stage: StageResult, current: RunResult = run) -> None:
+                if on_update is not None:
+                    on_update(current.with_stage(stage))
+
+            stage, environment = run_stage(contestant, plan, shapes, options, publish, on_progress,
+                                           spares=spares if i and count else None)
+            run = run.with_stage(stage)
+            if environment and not run.environment:
+                run = replace(run, environment=environment)
             if on_update is not None:
-                on_update(current.with_stage(stage))
-
-        stage, environment = run_stage(contestant, plan, shapes, options, publish, on_progress)
-        run = run.with_stage(stage)
-        if environment and not run.environment:
-            run = replace(run, environment=environment)
-        if on_update is not None:
-            on_update(run)
-        if not stage.passed:
-            break
+                on_update(run)
+            if not stage.passed:
+                break
     return run
+
+
+def _spare_count(plans: Sequence[StagePlan], options: RunOptions) -> int:
+    """Workers to start ahead (:mod:`evaluator.workers`): one per stage after the first, where the
+    first is the untimed test stage (their imports then overlap nothing timed) and the run is
+    hardened (the contest's service starts each worker fresh)."""
+    if options.compat or len(plans) < 2 or plans[0].mode != Mode.TEST:
+        return 0
+    return len(plans) - 1

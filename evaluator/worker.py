@@ -1,7 +1,8 @@
 """The worker: a fresh process that imports one contestant and runs its kernel.
 
-Started by :mod:`evaluator.runner` as ``python -m evaluator.worker FD``. Its first stdin line is
-the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.hardening.channel`).
+Started by :mod:`evaluator.workers` as ``python -m evaluator.worker_entry FD``. Its first stdin line
+is the job (JSON); results go to file descriptor FD, signed (:mod:`evaluator.hardening.channel`).
+A spare (:mod:`evaluator.workers`) first announces on stdout that its imports are done.
 
 - Hardened (``isolated``): the worker serves the parent's commands (:mod:`evaluator.remote`):
   map the parent's buffers, call the kernel, time a repeat with CUDA events, copy outputs back.
@@ -39,11 +40,13 @@ from evaluator.handover import attach
 from evaluator.hardening.channel import Writer
 from evaluator.hardening.containment import close_other_processes, enter_worker_sandbox
 from evaluator.hardening.guards import Hardening
+from evaluator.hardening.sandbox.prctl import is_dumpable
 from evaluator.measure.clocks import sampler_for
 from evaluator.measure.timing import make_timer, synchronize
 from evaluator.modes import Mode
 from evaluator.protocol import CASE_MODES, Harness, error_text, run_profile
 from evaluator.shapes import ShapeSet
+from evaluator.workers import ANNOUNCE_ENV, SPARE_READY
 
 __all__ = ["main"]
 
@@ -194,6 +197,8 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fd = int(argv[0])
+    if os.environ.pop(ANNOUNCE_ENV, None):
+        os.write(sys.stdout.fileno(), SPARE_READY + (b"1" if is_dumpable() else b"0") + b"\n")
     stdin = sys.stdin.buffer
     job = json.loads(stdin.readline())
     out = Writer(fd, job.pop("key"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import runner
 from evaluator.axes import (
     AxisError,
     Variant,
@@ -164,11 +163,11 @@ def test_a_sweep_times_every_variant_in_one_worker_and_report_judges_each(capsys
     popen = subprocess.Popen
 
     def counted(args: list[str], *rest: object, **kwargs: object) -> subprocess.Popen[bytes]:
-        if "evaluator.worker" in args:
+        if "evaluator.worker_entry" in args:
             workers.append(args)
         return popen(args, *rest, **kwargs)
 
-    monkeypatch.setattr(runner.subprocess, "Popen", counted)
+    monkeypatch.setattr(subprocess, "Popen", counted)
     code, out, _, path = _sweep(capsys, tmp_path, KNOBBED, "--axis", "sleep_ms=0,20")
     assert code == 0, out
     assert len(workers) == 1

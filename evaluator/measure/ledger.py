@@ -3,7 +3,8 @@
 Users iterate on a kernel hundreds of times; a ranked submission's minutes are mostly not the
 kernel's. Each stage records how its wall time splits (issue #20: measure first):
 
-- ``worker_start``: spawning the worker until it is ready (interpreter, torch, CUDA context);
+- ``worker_start``: spawning the worker, or taking a spare started ahead (:mod:`evaluator.workers`),
+  until it is ready (interpreter, torch);
 - ``calibration``: the hand-over allowance measured before the kernel is imported;
 - ``load``: importing the submission;
 - ``inputs``: making inputs and fresh content (the generator) and handing them over;
