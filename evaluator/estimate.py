@@ -43,12 +43,21 @@ from evaluator.protocol import (
     test_case,
 )
 from evaluator.results import CaseResult
-from evaluator.runner import RunOptions, StagePlan, run_stage
+from evaluator.runner import RunOptions, StagePlan, plan_stages, run_stage, spare_count
 from evaluator.shapes import Case, ShapeSet, Timing
 from reference.checker import verdict
 from reference.inputs import generate_input
 
-__all__ = ["CasePilot", "Estimate", "StageEstimate", "estimate_run", "predict_repeats", "render_estimate", "settled_cv"]
+__all__ = [
+    "CasePilot",
+    "Estimate",
+    "StageEstimate",
+    "estimate_run",
+    "fixed_costs",
+    "predict_repeats",
+    "render_estimate",
+    "settled_cv",
+]
 
 PILOT_REPEATS = 10
 PUBLISHED_CHECKS = 5  # timed checks per shape, after a warm one; their median is the prediction's
@@ -262,6 +271,16 @@ def _stage(name: str, pilots: Sequence[CasePilot], timing: Timing, fixed_s: floa
     return StageEstimate(name, repeats, wall_s, contest_repeats, contest_wall_s, limit_s)
 
 
+def fixed_costs(breakdown: dict[str, float], stages: int, spares: bool) -> list[tuple[float, float]]:
+    """Each stage's seconds before its first case, (qrbench, the contest's protocol), from the
+    pilot's ``breakdown``: starting a worker and importing the submission, and qrbench's
+    calibration. With ``spares`` a stage after the first finds its worker started
+    (:mod:`evaluator.workers`); the contest's service starts each one fresh."""
+    start, load = breakdown.get("worker_start", 0.0), breakdown.get("load", 0.0)
+    calibration = breakdown.get("calibration", 0.0)
+    return [((0.0 if spares and i else start) + calibration + load, start + load) for i in range(stages)]
+
+
 def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions,
                  repeats: int = PILOT_REPEATS, on_progress: Any = None) -> Estimate:
     """Pilot ``contestant`` on ``shapes`` (hardened, one worker) and predict each stage of ``mode``."""
@@ -283,12 +302,12 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
             published[key] = _published_check_s(p.case)
         pilots[i] = replace(p, published_check_s=published[key])
     breakdown = stage.breakdown_s or {}
-    fixed_s = sum(breakdown.get(k, 0.0) for k in ("worker_start", "calibration", "load"))
-    contest_fixed_s = fixed_s - breakdown.get("calibration", 0.0)
+    names = STAGES_BY_MODE[mode]
+    spares = spare_count(plan_stages(mode, options.seed), replace(options, compat=False)) > 0
     stages = tuple(
         _stage(name, pilots, timing, fixed_s, contest_fixed_s, sum(test_walls) if name == "test" else 0.0,
                shapes.timeout_s(stage_mode(name)))
-        for name in STAGES_BY_MODE[mode]
+        for name, (fixed_s, contest_fixed_s) in zip(names, fixed_costs(breakdown, len(names), spares), strict=True)
     )
     return Estimate(contestant.name, mode, stages, tuple(pilots), pilot_wall_s,
                     breakdown.get("untimed_calls", 0.0), tuple(notes))

@@ -54,6 +54,7 @@ __all__ = [
     "plan_stages",
     "run_contestant",
     "run_stage",
+    "spare_count",
     "stage_limit_s",
     "stop_worker",
     "worker_job",
@@ -442,7 +443,7 @@ def run_contestant(
     if not gates.passed:
         return run
     plans = plan_stages(mode, options.seed) if stages is None else list(stages)
-    count = _spare_count(plans, options)
+    count = spare_count(plans, options)
     with SpareWorkers(options, worker_scratch(contestant), count) as spares:
         for i, plan in enumerate(plans):
 
@@ -462,7 +463,7 @@ def run_contestant(
     return run
 
 
-def _spare_count(plans: Sequence[StagePlan], options: RunOptions) -> int:
+def spare_count(plans: Sequence[StagePlan], options: RunOptions) -> int:
     """Workers to start ahead (:mod:`evaluator.workers`): one per stage after the first, where the
     first is the untimed test stage (their imports then overlap nothing timed) and the run is
     hardened (the contest's service starts each worker fresh)."""

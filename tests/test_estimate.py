@@ -9,7 +9,15 @@ import pytest
 
 import evaluator.estimate as estimate
 from evaluator.contestant import resolve_contestant
-from evaluator.estimate import CasePilot, _timed_pass, estimate_run, predict_repeats, render_estimate, settled_cv
+from evaluator.estimate import (
+    CasePilot,
+    _timed_pass,
+    estimate_run,
+    fixed_costs,
+    predict_repeats,
+    render_estimate,
+    settled_cv,
+)
 from evaluator.measure.stopping import ContestRule
 from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
 from evaluator.results import CaseResult
@@ -48,6 +56,14 @@ def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
     text = render_estimate(est)
     assert "ranked-secret" in text
     assert "contest wall s" in text
+
+
+def test_stages_after_the_first_start_no_worker_where_spares_serve_them() -> None:
+    """A ranked submission's later stages take spares (evaluator.workers): qrbench's prediction
+    leaves their worker start out; the contest's service starts every worker fresh."""
+    breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5, "kernel": 9.0}
+    assert fixed_costs(breakdown, 4, spares=True) == [(3.75, 3.5), (0.75, 3.5), (0.75, 3.5), (0.75, 3.5)]
+    assert fixed_costs(breakdown, 2, spares=False) == [(3.75, 3.5), (3.75, 3.5)]
 
 
 def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -131,10 +131,10 @@ def test_the_announcement_says_whether_the_spare_is_closed(printed: bytes, close
 
 def test_only_a_hardened_run_that_starts_with_its_test_stage_starts_spares() -> None:
     leaderboard = runner.plan_stages("leaderboard", None)
-    assert runner._spare_count(leaderboard, CPU) == 3
-    assert runner._spare_count(leaderboard, RunOptions(device="cpu", compat=True)) == 0
-    assert runner._spare_count(leaderboard[1:], CPU) == 0  # a part that starts timed (a cloud run's)
-    assert runner._spare_count([StagePlan("test", "test", None)], CPU) == 0
+    assert runner.spare_count(leaderboard, CPU) == 3
+    assert runner.spare_count(leaderboard, RunOptions(device="cpu", compat=True)) == 0
+    assert runner.spare_count(leaderboard[1:], CPU) == 0  # a part that starts timed (a cloud run's)
+    assert runner.spare_count([StagePlan("test", "test", None)], CPU) == 0
 
 
 @pytest.mark.slow
