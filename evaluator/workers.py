@@ -1,8 +1,8 @@
 """Starting workers: ``python -m evaluator.worker_entry`` in a session of its own, and spares.
 
 A worker spends its first seconds importing the interpreter's and torch's modules (3.4-4.9 s of
-every hardened stage of a ranked submission on an H200, `breakdown_s` of
-reports/h200/2026-12-02-blocked_wy-time-to-verdict-hardened.json). The stages after a run's
+every hardened stage of a ranked submission on an H200: ``worker_start`` in the ``breakdown_s`` of
+reports/h200/2026-12-02-blocked_wy-time-to-verdict-hardened{,-estimate-lease}.json). The stages after a run's
 untimed test stage need not wait for that: :class:`SpareWorkers` starts their workers beside the
 test stage's, and each later stage takes one that has its imports done and waits for its job.
 
@@ -122,8 +122,9 @@ class _Pending:
         return flag == b"0" or (flag == b"1" and not PRCTL_AVAILABLE)
 
     def started(self) -> StartedWorker:
-        """The worker, with whatever it printed before its announcement."""
-        return StartedWorker(self.proc, self.read_fd, bytes(self.output[: self.output.find(SPARE_READY)]))
+        """The worker, with whatever it printed before its announcement (all of it, if none came)."""
+        end = self.output.find(SPARE_READY)
+        return StartedWorker(self.proc, self.read_fd, bytes(self.output if end < 0 else self.output[:end]))
 
 
 class SpareWorkers:
@@ -131,8 +132,14 @@ class SpareWorkers:
     that kills the spares no stage took."""
 
     def __init__(self, options: RunOptions, scratch: Scratch, count: int) -> None:
-        self._pending = [_Pending(*spawn_worker(options, scratch, announce=True)) for _ in range(count)]
+        self._pending: list[_Pending] = []
         self._ready: list[StartedWorker] = []
+        try:
+            for _ in range(count):
+                self._pending.append(_Pending(*spawn_worker(options, scratch, announce=True)))
+        except BaseException:  # those already started must not outlive a failed start
+            self.close()
+            raise
 
     def __enter__(self) -> SpareWorkers:
         return self
