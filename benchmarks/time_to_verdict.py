@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         runs[compat] = _timed_run(args.contestant, shapes, device, compat)
         write_results(args.json, [run for run, _ in runs.values()])
     rows = [[("--compat" if compat else "hardened"), stage.name, stage.status, f"{stage.wall_s:.1f}",
-             *(f"{stage.breakdown_s[a]:.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]
+             *(f"{stage.breakdown_s.get(a, 0.0):.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]
             for compat, (run, _) in runs.items() for stage in run.stages]
     print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
     if len(runs) == 2:

@@ -352,9 +352,11 @@ def timed_repeat(h: Harness, inputs: CaseInputs, handed: Handed, recheck: bool) 
     clocks read around it, and what the rules and the checker say of its outputs ('' if nothing).
     The outputs go when it returns, before the next inputs are made, as in the contest. (A paired
     comparison, :mod:`evaluator.paired`, times its contestants' repeats with this too.)"""
-    before = h.clocks.read()
+    with h.ledger.timing("clocks"):
+        before = h.clocks.read()
     measurement, returned = h.executor.timed(handed, inputs.install, deliver=recheck)
-    h.clocks.add(before, measurement.elapsed_ns / len(inputs.pristine))
+    with h.ledger.timing("clocks"):
+        h.clocks.add(before, measurement.elapsed_ns / len(inputs.pristine))
     return measurement, _repeat_problem(h, inputs, returned, recheck)
 
 

@@ -239,18 +239,27 @@ def _run_isolated(link: WorkerLink, contestant: Contestant, plan: StagePlan, sha
                   on_progress: ProgressFn | None, ledger: Ledger,
                   cases_of: CaseSource | None = None) -> tuple[list[CaseResult], str]:
     """The hardened stage: the parent runs the mode (or ``cases_of``), the worker only runs the kernel."""
-    progress = (lambda event: on_progress(plan.name, event)) if on_progress is not None else (lambda event: None)
+
+    def progress(event: dict[str, Any]) -> None:
+        if on_progress is not None:
+            with ledger.timing("reporting"):
+                on_progress(plan.name, event)
+
+    def hand_on(cases: list[CaseResult]) -> None:
+        with ledger.timing("reporting"):
+            publish(cases)
+
     harness, executor = hardened_harness(link, contestant, options, progress, ledger)
     cases: list[CaseResult] = []
     if plan.mode == Mode.PROFILE:
         result, table = run_profile(harness, shapes, plan.secret, profiler=options.profiler)
         cases.append(result)
-        publish(cases)
+        hand_on(cases)
         return cases, table
     source = cases_of(harness, executor) if cases_of else CASE_MODES[plan.mode](harness, shapes, plan.secret)
     for result in source:
         cases.append(result)
-        publish(cases)
+        hand_on(cases)
     return cases, ""
 
 

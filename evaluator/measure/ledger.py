@@ -15,7 +15,9 @@ kernel's. Each stage records how its wall time splits (issue #20: measure first)
 - ``handover``: the rest of each timed repeat the parent witnessed (fresh content copied in,
   messages, events, outputs copied back);
 - ``check``: the checker, the output rules and the copies they compare;
-- ``other``: whatever is left of the stage's wall time (statistics, progress, idle).
+- ``clocks``: the GPU's clocks read through NVML before and after each timed repeat;
+- ``reporting``: progress events and each finished case handed on (the results file written);
+- ``other``: whatever is left of the stage's wall time (statistics, the stopping rule, idle).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from contextlib import contextmanager
 __all__ = ["ACTIVITIES", "Ledger"]
 
 ACTIVITIES = ("worker_start", "calibration", "load", "inputs", "untimed_calls", "kernel", "flush", "handover",
-              "check", "other")
+              "check", "clocks", "reporting", "other")
 
 
 class Ledger:
