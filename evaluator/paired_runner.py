@@ -36,7 +36,7 @@ from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
 from evaluator.hardening.channel import new_key
-from evaluator.hardening.containment import contained_stage, worker_scratch
+from evaluator.hardening.containment import contained_stage, prepare_checks, worker_scratch
 from evaluator.hardening.precheck import Precheck, precheck_file
 from evaluator.measure.ledger import Ledger
 from evaluator.modes import Mode
@@ -172,6 +172,7 @@ def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options:
             on_progress(STAGE, event)
 
     shape_file = shapes.path if shapes.path.is_file() else None
+    prepare_checks(options.device, shapes.sizes())
     with contained_stage(shape_file, *scratches.values()) as containment:
         try:
             for j in ran:

@@ -31,7 +31,7 @@ from evaluator.environment import fingerprint
 from evaluator.execution import WorkerGone
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, new_key
-from evaluator.hardening.containment import contained_stage, worker_scratch
+from evaluator.hardening.containment import contained_stage, prepare_checks, worker_scratch
 from evaluator.hardening.guards import Hardening, PhysicalFloor, rule_message
 from evaluator.hardening.precheck import Precheck, precheck_file
 from evaluator.margin import DEFAULT_MARGIN_WARN
@@ -315,6 +315,8 @@ def run_stage(
     key = new_key()
     scratch = worker_scratch(contestant)
     ledger = Ledger()
+    if not options.compat:  # the parent checks: its checks' code is loaded before any kernel runs
+        prepare_checks(options.device, shapes.sizes())
     cases: list[CaseResult] = []
     status: str | None = None
     reason = ""

@@ -136,6 +136,10 @@ class ShapeSet:
         """The cases a mode runs: tests for ``test``, benchmarks for the others."""
         return self.tests if mode == Mode.TEST else self.benchmarks
 
+    def sizes(self) -> set[int]:
+        """Every matrix size n of its cases."""
+        return {case.n for case in (*self.tests, *self.benchmarks)}
+
     def timeout_s(self, mode: str) -> float:
         """Wall-time limit of a whole run in ``mode`` (profile shares the benchmark limit)."""
         return self.timeouts_s.get(mode, self.timeouts_s.get("benchmark", 480.0))

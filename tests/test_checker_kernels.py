@@ -103,3 +103,21 @@ def test_compiled_kernels_match_on_the_gpu(batch: int, n: int, spoil: float) -> 
     a, h, q = _factors(batch, n, "cuda", spoil)
     _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
 
+
+
+@pytest.mark.gpu
+def test_prepared_sizes_are_checked_without_compiling_or_reading_a_cache(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``checker.prepare`` a fast check of those sizes loads no code: with Triton's cache moved
+    to an empty directory, checks of any batch (either parity) leave it empty."""
+    monkeypatch.setattr(triton.knobs.cache, "dir", triton.knobs.cache.dir)  # restored afterwards
+    checker.prepare("cuda", [33, 512], cache_dir=tmp_path / "prepared")  # 33: odd, so the batch's parity counts
+    after = tmp_path / "after"
+    after.mkdir()
+    monkeypatch.setattr(triton.knobs.cache, "dir", str(after))
+    for batch, n in ((3, 33), (4, 33), (5, 512)):
+        a = generate_input(batch, n, 2, 7).to("cuda")
+        h, tau = torch.geqrf(a)
+        assert checker.verdict(a, (h.contiguous(), tau), "fast").passed
+        assert checker.verdict(a, (h.contiguous(), tau), "fast", reconstruction=False).passed
+    assert list(after.iterdir()) == []

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from evaluator.contestant import Contestant
 from evaluator.hardening.guards import rule_message
@@ -31,11 +33,13 @@ from evaluator.hardening.sandbox import (
     drop_ptrace_capability,
     install_audit_hook,
     no_bytecode,
+    parent_cache,
     project_paths,
     set_dumpable,
     worker_env,
 )
 from evaluator.hardening.sandbox.prctl import AVAILABLE as PRCTL_AVAILABLE
+from reference.checker import prepare
 
 __all__ = [
     "StageContainment",
@@ -43,6 +47,7 @@ __all__ = [
     "close_other_processes",
     "contained_stage",
     "enter_worker_sandbox",
+    "prepare_checks",
     "worker_env",
     "worker_scratch",
 ]
@@ -97,13 +102,31 @@ def alone(root: Path) -> bool:
     return True
 
 
-def _other_scratches(own: tuple[Scratch, ...]) -> list[Path]:
-    """The other contestants' scratch directories, while no other run may be writing them."""
+def _watched_caches(own: tuple[Scratch, ...]) -> list[Path]:
+    """The caches a worker must not touch, while no other run may be writing them: the other
+    contestants' scratch directories and the parent's own Triton cache (:func:`prepare_checks`)."""
     root = own[0].path.parent
     if not alone(root):
         return []
     mine = {scratch.path for scratch in own}
-    return [p for p in sorted(root.iterdir()) if p.is_dir() and p not in mine]
+    others = [p for p in sorted(root.iterdir()) if p.is_dir() and p not in mine]
+    return [*others, parent_cache()] if parent_cache().is_dir() else others
+
+
+def prepare_checks(device: str, sizes: Iterable[int]) -> None:
+    """Before a stage's containment begins: load every piece of code the parent's checks will run
+    for matrices of ``sizes`` (:func:`reference.checker.prepare`), its Triton cache in
+    :func:`~evaluator.hardening.sandbox.parent_cache`.
+
+    A kernel's process can write files the parent reads later (class 6 of docs/hardening.md). What
+    the parent imported at start is in memory; what it would load later is the fast checker's GPU
+    code, imported on first use: Triton and the residual kernels' module, and each kernel
+    specialisation's cubin and launcher library, which Triton reads from its on-disk cache (the
+    launcher is ``dlopen``'ed) or makes with ``ptxas`` and a C compiler. Loaded here, before any
+    kernel has run, none of it is read again. The cache is the parent's own, not ``~/.triton/cache``
+    (which every process of the user writes), and every stage's snapshot watches it: a file planted
+    or changed there is named and removed, so no later run loads it."""
+    prepare(torch.device(device), sizes, cache_dir=parent_cache())
 
 
 @contextlib.contextmanager
@@ -113,7 +136,7 @@ def contained_stage(shape_file: Path | None, scratch: Scratch, *more: Scratch) -
     comparison (:mod:`evaluator.paired_runner`) runs several workers at once in one containment:
     ``more`` are the others' own directories, and what is found cannot be told apart by worker."""
     set_dumpable(False)
-    others = _other_scratches((scratch, *more))
+    others = _watched_caches((scratch, *more))
     snapshot = ProjectSnapshot.take(trees=[*project_paths(), *others],
                                     files=[shape_file] if shape_file is not None else [])
     found = StageContainment()

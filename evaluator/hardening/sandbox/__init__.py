@@ -27,7 +27,7 @@ from evaluator.hardening.sandbox.prctl import (
     set_child_subreaper,
     set_dumpable,
 )
-from evaluator.hardening.sandbox.scratch import Scratch, scratch_root, worker_env
+from evaluator.hardening.sandbox.scratch import Scratch, parent_cache, scratch_root, worker_env
 from evaluator.hardening.sandbox.snapshot import Change, ProjectSnapshot, no_bytecode, project_paths
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "is_child_subreaper",
     "is_dumpable",
     "no_bytecode",
+    "parent_cache",
     "project_paths",
     "scratch_root",
     "set_child_subreaper",

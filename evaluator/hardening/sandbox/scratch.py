@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Scratch", "scratch_root", "worker_env"]
+__all__ = ["Scratch", "parent_cache", "scratch_root", "worker_env"]
 
 _CACHE_DIRS = ("tmp", "home", "triton", "inductor", "torch_extensions", "cuda")
 # Would make the worker read or write bytecode somewhere a kernel can write, or run code at start.
@@ -33,6 +33,12 @@ def scratch_root(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
     return Path(cache).resolve() / "qrbench" / "scratch"
+
+
+def parent_cache(environ: Mapping[str, str] | None = None) -> Path:
+    """``qrbench/parent/triton`` beside the scratch root: the Triton cache of the evaluator's own
+    checker kernels (:mod:`evaluator.hardening.containment` says why it is not ``~/.triton``)."""
+    return scratch_root(environ).parent / "parent" / "triton"
 
 
 @dataclass(frozen=True)
