@@ -225,12 +225,13 @@ def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptio
     """The parent's side of a hardened worker that is ready: the hand-over allowance measured, the
     kernel imported, and the harness the protocol runs over (every rule on)."""
     device = torch.device(options.device)
+    floor = _floor(device) if device.type == "cuda" else None  # measured before any kernel runs here
+    sampler = clock_sampler(device)
     executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()
     executor.load(contestant.to_dict())
-    floor = _floor(device) if device.type == "cuda" else None
     harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger,
-                      sampler=clock_sampler(device), discard_throttled=options.discard_on_throttle)
+                      sampler=sampler, discard_throttled=options.discard_on_throttle)
     return harness, executor
 
 
