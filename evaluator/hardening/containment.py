@@ -119,13 +119,14 @@ def prepare_checks(device: str, sizes: Iterable[int]) -> None:
     :func:`~evaluator.hardening.sandbox.parent_cache`.
 
     A kernel's process can write files the parent reads later (class 6 of docs/hardening.md). What
-    the parent imported at start is in memory; what it would load later is the fast checker's GPU
-    code, imported on first use: Triton and the residual kernels' module, and each kernel
-    specialisation's cubin and launcher library, which Triton reads from its on-disk cache (the
-    launcher is ``dlopen``'ed) or makes with ``ptxas`` and a C compiler. Loaded here, before any
-    kernel has run, none of it is read again. The cache is the parent's own, not ``~/.triton/cache``
-    (which every process of the user writes), and every stage's snapshot watches it: a file planted
-    or changed there is named and removed, so no later run loads it."""
+    the parent imported at start is in memory; what it would load later is the checks' GPU code,
+    loaded on first use: torch's CUDA linear-algebra library (the published path), Triton and the
+    residual kernels' module, and each kernel specialisation's cubin and launcher library, which
+    Triton reads from its on-disk cache (the launcher is ``dlopen``'ed) or makes with ``ptxas`` and
+    a C compiler. Loaded here, before any kernel has run, none of it is read again. The cache is
+    the parent's own, not ``~/.triton/cache`` (which every process of the user writes), and every
+    stage's snapshot watches it: a file planted or changed there is named and removed, so no later
+    run loads it."""
     prepare(torch.device(device), sizes, cache_dir=parent_cache())
 
 
