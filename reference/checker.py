@@ -246,7 +246,8 @@ def _fused_kernels_run_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-_PREPARED: set[tuple[torch.device, int]] = set()
+_LIBRARIES_LOADED: set[torch.device] = set()  # devices where the published path has run once
+_PREPARED: set[tuple[torch.device, int]] = set()  # (device, n) whose kernel specialisations are loaded
 
 
 def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | None = None) -> None:
@@ -272,10 +273,10 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         triton.knobs.cache.dir = str(cache_dir)
 
-    if (device, 0) not in _PREPARED:  # the published path's libraries (torch loads its linalg one on first use)
+    if device not in _LIBRARIES_LOADED:
         eye = torch.eye(2, device=device).expand(1, 2, 2).contiguous()
         verdict(eye, (eye, eye.new_ones(1, 2)), "published")
-        _PREPARED.add((device, 0))
+        _LIBRARIES_LOADED.add(device)
     for n in sorted(set(sizes)):
         if (device, n) in _PREPARED:
             continue

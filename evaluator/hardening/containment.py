@@ -110,7 +110,8 @@ def _watched_caches(own: tuple[Scratch, ...]) -> list[Path]:
         return []
     mine = {scratch.path for scratch in own}
     others = [p for p in sorted(root.iterdir()) if p.is_dir() and p not in mine]
-    return [*others, parent_cache()] if parent_cache().is_dir() else others
+    parents = parent_cache()
+    return [*others, parents] if parents.is_dir() else others
 
 
 def prepare_checks(device: str, sizes: Iterable[int]) -> None:
