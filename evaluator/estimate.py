@@ -3,17 +3,19 @@
 A short pilot in one hardened worker measures what a run's wall time is made of: each test
 case once, then each benchmark case through the real protocol (correctness pass, then a few
 timed repeats with fresh inputs and every output checked), and the worker's start, calibration
-and load. From the pilot's per-call mean, its repeat-to-repeat noise and the wall time of a
-repeat, the contest's stopping rule itself (:class:`~evaluator.measure.stopping.ContestRule`, played on
-samples with the pilot's mean and noise) predicts the repeats of every timed pass, and so each
-stage's wall. The contest's protocol is predicted from the same pilot with its own costs: the
-published checker (its median over a few checks per shape) on every output of every repeat, and
-no hand-over; and with its own noise, which a second short pass per case measures the contest's
+and load. From the pilot's per-call times and the wall time of a repeat, the contest's stopping
+rule itself (:meth:`~evaluator.measure.stopping.ContestRule.stops`, played over runs made up by
+drawing the pilot's own samples) predicts the repeats of every timed pass, and so each stage's
+wall. The contest's protocol is predicted from the same pilot with its own costs: the published
+checker (its median over a few checks per shape) on every output of every repeat, and no
+hand-over; and with its own samples, which a second short pass per case takes the contest's
 way, timing the same inputs in every repeat (the contest reuses its inputs; qrbench makes fresh
 ones, whose content can move a kernel's time).
 
-What it cannot know: the noise of the real run (the pilot's few repeats estimate it roughly, and
-repeats grow with its square), and compilation, which the pilot pays and caches (reported apart).
+What it cannot know: the noise of the real run (a pilot's few repeats sample it roughly, and
+repeats grow with its square; a rare slow repeat, which can add a hundred repeats to a case,
+is predicted for the typical run, not the unlucky one), and compilation, which the pilot pays
+and caches (reported apart).
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ __all__ = [
     "fixed_costs",
     "predict_repeats",
     "render_estimate",
-    "settled_cv",
+    "settled_spread",
 ]
 
 PILOT_REPEATS = 10
+RESAMPLES = 201  # made-up runs per prediction; odd, so their median is one run's count
 PUBLISHED_CHECKS = 5  # timed checks per shape, after a warm one; their median is the prediction's
 
 
@@ -70,12 +73,22 @@ class CasePilot:
     case: Case
     inputs: int
     call_s: float
-    cv: float
     repeat_s: float
     check_s: float
     first_pass_s: float
     published_check_s: float
-    contest_cv: float
+    spread: tuple[float, ...]
+    contest_spread: tuple[float, ...]
+
+    @property
+    def cv(self) -> float:
+        """Relative standard deviation of the pilot's fresh-input repeats (qrbench's)."""
+        return _cv(self.spread)
+
+    @property
+    def contest_cv(self) -> float:
+        """Relative standard deviation of the pilot's same-input repeats (the contest's)."""
+        return _cv(self.contest_spread)
 
 
 @dataclass(frozen=True)
@@ -113,19 +126,31 @@ class Estimate:
         return sum(s.contest_wall_s for s in self.stages)
 
 
-def predict_repeats(rule: ContestRule, max_repeats: int, repeat_ns: float, cv: float, repeat_wall_s: float) -> int:
-    """How many repeats the timed loop runs for a case whose repeats take ``repeat_ns`` of kernel
-    time with relative spread ``cv`` and ``repeat_wall_s`` of wall time each: the rule itself,
-    on samples alternating one standard deviation either side of the mean, under the loop's
-    caps (``max_repeats``, and the wall-clock cap from the rule's third sample)."""
-    low, high = repeat_ns * (1 - cv), repeat_ns * (1 + cv)
-    samples: list[float] = []
-    for n in range(1, max_repeats + 1):
-        samples.append(low if n % 2 else high)
-        elapsed_s = n * repeat_wall_s
-        if rule.should_stop(samples, elapsed_s) or (n >= rule.min_samples and elapsed_s > WALL_CAP_S):
-            return n
-    return max_repeats
+def predict_repeats(rule: ContestRule, max_repeats: int, call_ns: float, spread: Sequence[float],
+                    repeat_wall_s: float, resamples: int = RESAMPLES) -> int:
+    """How many repeats the timed loop runs for a case whose calls take ``call_ns`` with the
+    pilot's relative samples ``spread`` (each over their mean) and ``repeat_wall_s`` of wall time
+    per repeat: the median, over ``resamples`` made-up runs whose samples are drawn from
+    ``spread``, of where the contest's rule stops them under the loop's caps (``max_repeats``,
+    and the wall-clock cap from the rule's third sample).
+
+    Drawn, not modelled: a case's own tail comes back as often as the pilot met it (20x32's
+    frequent slow repeats run it to its caps, as the real runs do), and the median run is the
+    typical one. A plain spread put one slow repeat among a pilot's nine into every repeat's
+    noise: 5.2% at 640x512 mixed, whose repeats the contest follows with 0.37 s of published
+    checks each, predicted 687 s for a contest run measured at 394 s on the same lease
+    (``reports/h200/2026-12-02-blocked_wy-estimate-settled-spread.txt``,
+    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-spare-workers.json``). The rule's
+    budget reads the per-call mean, as the loop's samples are per call (the contest's too).
+    """
+    generator = torch.Generator().manual_seed(0)  # the same pilot always gives the same prediction
+    pool = torch.tensor(spread, dtype=torch.float64) * call_ns
+    samples = pool[torch.randint(len(pool), (resamples, max_repeats), generator=generator)]
+    elapsed_s = torch.arange(1, max_repeats + 1, dtype=torch.float64) * repeat_wall_s
+    capped = (torch.arange(1, max_repeats + 1) >= rule.min_samples) & (elapsed_s > WALL_CAP_S)
+    stops = rule.stops(samples, elapsed_s) | capped
+    counts = torch.where(stops.any(-1), stops.to(torch.int8).argmax(-1) + 1, max_repeats)
+    return int(counts.median())
 
 
 PilotSource = Callable[[Harness, Executor], Iterator[CaseResult]]
@@ -168,40 +193,43 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
             # The median repeat: a case's first repeats carry one-off costs the long run amortises.
             repeat_s = statistics.median(b - a for a, b in zip([0.0, *timed_s], timed_s, strict=False))
             pilots.append(CasePilot(
-                case=case, inputs=count, call_s=stats.mean_ns / 1e9, cv=settled_cv(result.samples_ns),
-                repeat_s=repeat_s, check_s=checked_s / (runs + 1), first_pass_s=wall_s - timed_s[-1],
-                published_check_s=0.0, contest_cv=_same_inputs_cv(h, i, case, repeats, shapes.timing),
+                case=case, inputs=count, call_s=stats.mean_ns / 1e9, repeat_s=repeat_s,
+                check_s=checked_s / (runs + 1), first_pass_s=wall_s - timed_s[-1], published_check_s=0.0,
+                spread=settled_spread(result.samples_ns),
+                contest_spread=_same_inputs_spread(h, i, case, repeats, shapes.timing),
             ))
 
     return source
 
 
-def settled_cv(samples: Sequence[float]) -> float:
-    """Relative spread (sample standard deviation over mean) of a pilot pass's repeats after its
-    first. Both of a case's pilot passes start with a repeat after a pause (their correctness
+def settled_spread(samples: Sequence[float]) -> tuple[float, ...]:
+    """A pilot pass's repeats after its first, each over their mean (``(1.0,)`` when fewer than
+    two). Both of a case's pilot passes start with a repeat after a pause (their correctness
     pass's checks), which runs 1-4% slower than one back to back
     (reports/h200/2026-12-01-pause-before-repeat.md); a long run's repeats are mostly not
     (hardened) or all are (the contest's, each after its check), so that one repeat is the
     pilot's alone. Counted, it gave 640x512 a 2.06% spread against the 0.10-0.15% of the
     contest's own run (``reports/h200/2026-12-02-blocked_wy-estimate-plain-spread.txt``,
-    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-compat.json``). The plain spread of
-    the rest, not a robust one, because the contest's rule reads the plain spread: 20x32's
-    frequent slow repeats are its own (a median-based spread put it at 1.35% and predicted 217 s
-    for a contest run that had taken 388 s, ``reports/h200/2026-12-02-blocked_wy-estimate-robust-spread.txt``)."""
+    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-compat.json``)."""
     settled = list(samples[1:])
-    if len(settled) < 2:
-        return 0.0
-    mean = statistics.fmean(settled)
-    return statistics.stdev(settled) / mean if mean > 0 else 0.0
+    mean = statistics.fmean(settled) if settled else 0.0
+    if len(settled) < 2 or mean <= 0:
+        return (1.0,)
+    return tuple(x / mean for x in settled)
 
 
-def _same_inputs_cv(h: Harness, index: int, case: Case, repeats: int, timing: Timing) -> float:
-    """The repeat-to-repeat spread of ``case`` timed the contest's way: the same inputs in every
+def _cv(spread: Sequence[float]) -> float:
+    """The relative standard deviation of samples given over their mean (the estimate's table)."""
+    return statistics.stdev(spread) if len(spread) > 1 else 0.0
+
+
+def _same_inputs_spread(h: Harness, index: int, case: Case, repeats: int, timing: Timing) -> tuple[float, ...]:
+    """The repeats of ``case`` timed the contest's way: the same inputs in every
     repeat, no recheck. Only the prediction reads it (no result is reported from this pass);
     a kernel that caches outputs by pointer shows the contest's own blind spot here, which is
     what the contest's repeats will follow.
 
-    The spread is :func:`settled_cv`'s.
+    The samples are :func:`settled_spread`'s.
     """
     hardening, progress = h.hardening, h.progress
     h.hardening, h.progress = replace(hardening, fresh_inputs=False), no_progress
@@ -209,7 +237,7 @@ def _same_inputs_cv(h: Harness, index: int, case: Case, repeats: int, timing: Ti
         result = benchmark_case(h, index, case, BenchSettings(False, repeats, math.inf), timing)
     finally:
         h.hardening, h.progress = hardening, progress
-    return settled_cv(result.samples_ns)
+    return settled_spread(result.samples_ns)
 
 
 def _published_check_s(case: Case, checks: int = PUBLISHED_CHECKS) -> float:
@@ -237,15 +265,14 @@ def _timed_pass(pilots: Sequence[CasePilot], settings: BenchSettings, contest: b
     rule = ContestRule(budget_s=settings.budget_s)
     repeats, wall_s = 0, 0.0
     for p in pilots:
-        repeat_ns = p.call_s * 1e9 * p.inputs
         if contest:
             checks = p.inputs * p.published_check_s if settings.recheck else 0.0
             repeat_s, first_s = p.call_s * p.inputs + checks, p.inputs * (p.call_s + p.published_check_s)
         else:
             repeat_s = p.repeat_s if settings.recheck else max(p.repeat_s - p.check_s, p.call_s * p.inputs)
             first_s = p.first_pass_s
-        cv = p.contest_cv if contest else p.cv
-        n = predict_repeats(rule, settings.max_repeats, repeat_ns, cv, repeat_s)
+        spread = p.contest_spread if contest else p.spread
+        n = predict_repeats(rule, settings.max_repeats, p.call_s * 1e9, spread, repeat_s)
         repeats += n
         wall_s += first_s + n * repeat_s
     return repeats, wall_s
@@ -329,8 +356,8 @@ def render_estimate(est: Estimate) -> str:
                                       "contest limit s"], tablefmt="github"),
         "",
         f"qrbench: about {est.wall_s:.0f} s; the contest's protocol: about {est.contest_wall_s:.0f} s "
-        "(repeats follow the contest's stopping rule with the pilot's noise: fresh inputs for qrbench, the same inputs "
-        "for the contest; a few repeats estimate it roughly)",
+        "(repeats: the contest's stopping rule over runs drawn from the pilot's repeats, fresh inputs for qrbench and "
+        "the same inputs for the contest; the typical run, which a rare slow repeat can lengthen by minutes)",
     ]
     lines += [f"warning: the contest's protocol would run past the {s.name} stage's {s.contest_limit_s:.0f} s limit "
               f"(about {s.contest_wall_s:.0f} s)" for s in est.stages if s.over_limit]

@@ -1,4 +1,5 @@
-"""``--estimate``: the repeat prediction is the contest's rule itself; a pilot predicts every stage."""
+"""``--estimate``: the repeat prediction is the contest's rule itself, played over runs drawn from the
+pilot's samples; a pilot predicts every stage."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from evaluator.estimate import (
     fixed_costs,
     predict_repeats,
     render_estimate,
-    settled_cv,
+    settled_spread,
 )
 from evaluator.measure.stopping import ContestRule
 from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
@@ -27,22 +28,56 @@ from evaluator.shapes import Case, Timing, resolve_shapes
 TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
 
 
-@pytest.mark.parametrize(("cv", "repeat_wall_s", "expected"), [
-    (0.0, 0.01, 11),       # no noise: the first repeat past 0.1 s of wall time
-    (0.001, 0.001, 101),   # quiet: the rule's 0.1 s minimum decides
-    (0.01, 0.001, 102),    # err < 0.1% needs about (cv / 0.001)^2 = 100 repeats
-    (0.05, 0.001, 1000),   # noisy and fast: the repeat cap
-    (0.05, 61.0, 3),       # slow repeats: the 120 s wall cap from the third repeat
+QUIET = (1.0,)
+NOISY = tuple(1.0 + 0.05 * (-1) ** i for i in range(10))  # a 5% spread
+
+
+@pytest.mark.parametrize(("spread", "repeat_wall_s", "expected"), [
+    (QUIET, 0.01, 11),     # no noise: the first repeat past 0.1 s of wall time
+    (QUIET, 61.0, 3),      # slow repeats: the rule's three samples
+    (NOISY, 0.001, 1000),  # noisy and fast: the repeat cap
+    (NOISY, 61.0, 3),      # noisy and slow: the 120 s wall cap from the third repeat
 ])
-def test_predicted_repeats_follow_the_contest_rule(cv: float, repeat_wall_s: float, expected: int) -> None:
-    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, cv, repeat_wall_s) == expected
+def test_predicted_repeats_follow_the_contest_rule(spread: tuple[float, ...], repeat_wall_s: float,
+                                                   expected: int) -> None:
+    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, repeat_wall_s) == expected
 
 
-def test_budget_ends_a_slow_quiet_case() -> None:
-    # 10 ms repeats against a 0.05 s budget of kernel time: the budget is spent after 6 repeats,
-    # which take more than the rule's 0.1 s minimum of wall time only from the 10th.
-    assert predict_repeats(ContestRule(budget_s=0.05), 1000, 10e6, 0.05, 0.011) == 10
+def test_repeats_grow_with_the_square_of_the_spread() -> None:
+    """err < 0.1% needs about (cv / 0.001)^2 repeats: 100 at a 1% spread, 400 at 2%."""
+    one = predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, (0.99, 1.01), 0.001)
+    two = predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, (0.98, 1.02), 0.001)
+    assert 85 <= one <= 120
+    assert 340 <= two <= 480
+
+
+def test_one_slow_pilot_repeat_does_not_set_the_typical_run() -> None:
+    """One repeat 15% slow among nine quiet ones: a plain spread of 5% would run the case to
+    its cap; most runs drawn from the pilot stop at the rule's first chance."""
+    spread = (1.15, *([1.0] * 8))
+    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 7e6, spread, 0.37) == 3
+
+
+def test_a_frequent_slow_tail_runs_to_the_cap() -> None:
+    """20x32's slow repeats are a third of its samples: every drawn run meets them."""
+    spread = (1.0, 1.0, 1.3, 1.0, 1.0, 1.5, 1.0, 1.0, 1.2)
+    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 3e4, spread, 0.002) == 1000
+
+
+def test_budget_reads_the_per_call_mean() -> None:
+    # 10 ms calls against a 0.05 s budget: the budget is spent after 6 repeats, which take
+    # more than the rule's 0.1 s minimum of wall time only from the 10th.
+    assert predict_repeats(ContestRule(budget_s=0.05), 1000, 10e6, NOISY, 0.011) == 10
+    # half a second a repeat (50 calls each): the per-call budget is spent after 5 or 6 repeats;
+    # a repeat's kernel time (0.5 s) would have spent it at the first, stopping at the rule's third
+    assert 5 <= predict_repeats(ContestRule(budget_s=0.05), 1000, 10e6, NOISY, 0.5) <= 6
     assert WALL_CAP_S == 120.0
+
+
+def test_the_prediction_is_the_same_for_the_same_pilot() -> None:
+    spread = (1.02, 0.99, 1.0, 0.98, 1.01, 1.0, 1.0, 0.995, 1.005)
+    first = predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, 0.001)
+    assert predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, 0.001) == first
 
 
 def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
@@ -89,15 +124,16 @@ def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyP
 def test_contest_repeats_follow_the_contest_noise() -> None:
     """A case whose fresh inputs make its times vary, but whose same inputs do not: qrbench's
     prediction runs it to the repeat cap, the contest's stops it at the rule's first chance."""
-    pilot = CasePilot(case=Case(batch=2, n=64, cond=1, seed=1), inputs=1, call_s=1e-3, cv=0.05, repeat_s=0.05,
-                      check_s=0.01, first_pass_s=0.1, published_check_s=0.02, contest_cv=0.0)
+    pilot = CasePilot(case=Case(batch=2, n=64, cond=1, seed=1), inputs=1, call_s=1e-3, repeat_s=0.05,
+                      check_s=0.01, first_pass_s=0.1, published_check_s=0.02, spread=NOISY, contest_spread=QUIET)
     settings = BenchSettings(True, 200, 10.0)
     assert _timed_pass([pilot], settings, contest=False)[0] == 200
     assert _timed_pass([pilot], settings, contest=True)[0] == 5  # the first repeat past the rule's 0.1 s
 
 
-def test_settled_cv_leaves_out_the_first_repeat_only() -> None:
+def test_settled_spread_leaves_out_the_first_repeat_only() -> None:
     steady = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8, 100.1, 99.9, 100.0]
-    assert settled_cv([104.0, *steady]) == pytest.approx(statistics.stdev(steady) / 100.0)
-    assert settled_cv([100.0, 90.0, 110.0] * 3) > 0.05  # slow and fast repeats later on all count
-    assert settled_cv([5.0, 6.0]) == 0.0
+    spread = settled_spread([104.0, *steady])
+    assert spread == pytest.approx([x / statistics.fmean(steady) for x in steady])
+    assert statistics.stdev(settled_spread([100.0, 90.0, 110.0] * 3)) > 0.05  # later slow and fast ones all count
+    assert settled_spread([5.0, 6.0]) == (1.0,)

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 from evaluator.measure.stats import Stats
 
 __all__ = ["BlockRule", "ContestRule", "StoppingRule"]
@@ -40,6 +42,23 @@ class ContestRule:
             return False
         stats = Stats.from_samples(samples_ns)
         return stats.rel_err < self.err_rel or stats.mean_ns * stats.runs > self.budget_s * 1e9
+
+    def stops(self, samples_ns: torch.Tensor, elapsed_s: torch.Tensor) -> torch.Tensor:
+        """:meth:`should_stop` after every repeat of many sample sequences at once, for
+        predictions that play the rule over thousands of made-up runs (:mod:`evaluator.estimate`).
+
+        ``samples_ns`` is ``runs x repeats`` (float64), ``elapsed_s`` the wall time after each
+        repeat (``repeats``); the result (bool, ``runs x repeats``) says whether the rule stops
+        after that repeat given the samples up to it. Sums are taken about each run's first
+        sample, so the spread of samples far from zero loses no digits."""
+        count = torch.arange(1, samples_ns.shape[-1] + 1, dtype=samples_ns.dtype, device=samples_ns.device)
+        shifted = samples_ns - samples_ns[..., :1]
+        s1, s2 = shifted.cumsum(-1), (shifted * shifted).cumsum(-1)
+        mean = samples_ns[..., :1] + s1 / count
+        variance = ((s2 - s1 * s1 / count) / (count - 1).clamp(min=1)).clamp(min=0)
+        rel_err = torch.where(mean > 0, (variance / count).sqrt() / mean, math.inf)
+        judged = (count >= self.min_samples) & (elapsed_s > self.min_elapsed_s)
+        return judged & ((rel_err < self.err_rel) | (mean * count > self.budget_s * 1e9))
 
 
 @dataclass(frozen=True)
