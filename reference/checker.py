@@ -74,7 +74,23 @@ def _l1(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_norm(x.double(), ord=1, dim=(-2, -1))
 
 
-def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device) -> str | None:
+def _finite(x: torch.Tensor, one_pass: bool) -> bool:
+    """Whether ``x`` holds no NaN or Inf. The published path asks as the contest's checker does,
+    ``torch.isfinite`` first: under ``--compat`` a kernel shares the checker's process and may
+    hook that very call, and the contest's holes must stay open there
+    (tests/exploits/function_mode_in_check.py). ``one_pass`` (the fast path, which runs in the
+    evaluator's own process) sums first: NaN and Inf carry through every addition, so a finite
+    sum has finite terms, in one read of ``x`` instead of the elementwise test's two passes and
+    boolean temporary (0.21 against 1.00 ms for H at 640x512 on an H200,
+    reports/h200/2026-12-02-spare-workers-on-the-h200.md); a sum that overflowed from finite
+    terms is settled by the elementwise test."""
+    if one_pass and bool(torch.isfinite(x.sum()).item()):
+        return True
+    return bool(torch.isfinite(x).all().item())
+
+
+def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device,
+                    one_pass: bool) -> str | None:
     if not isinstance(value, torch.Tensor):
         return f"{name} must be a torch.Tensor"
     if value.shape != shape:
@@ -83,7 +99,7 @@ def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: to
         return f"{name} dtype must be torch.float32, got {value.dtype}"
     if value.device != device:
         return f"{name} must be on {device}, got {value.device}"
-    if not torch.isfinite(value).all().item():
+    if not _finite(value, one_pass):
         return f"{name} contains NaN or Inf"
     return None
 
@@ -342,17 +358,17 @@ def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto", reconst
     if not isinstance(a, torch.Tensor) or a.dim() != 3 or a.shape[-1] != a.shape[-2]:
         raise ValueError("a must be a batch x n x n tensor")
     batch, n, _ = a.shape
+    if q_method == "auto":
+        q_method = "fast" if a.device.type == "cuda" else "published"
 
     if not isinstance(output, tuple) or len(output) != 2:
         return Verdict(False, "output must be a tuple `(H, tau)`")
     h, tau = output
     for name, value, shape in (("H", h, (batch, n, n)), ("tau", tau, (batch, n))):
-        problem = _tensor_problem(name, value, shape, a.device)
+        problem = _tensor_problem(name, value, shape, a.device, one_pass=q_method == "fast")
         if problem is not None:
             return Verdict(False, problem)
 
-    if q_method == "auto":
-        q_method = "fast" if a.device.type == "cuda" else "published"
     if q_method != "fast":
         return _gated(a, h, tau, q_method)
     return _fast_clear_pass(a, h, tau, reconstruction=reconstruction) or _gated(a, h, tau, "published")

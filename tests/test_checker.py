@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from reference import check, checker, generate_input, verdict
 from reference.householder import default_block, householder_q, wy_triangles
@@ -42,13 +45,49 @@ def test_structural_failures_give_the_contest_message(factored, mutate, expected
     assert message == expected
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
-def test_a_single_non_finite_entry_is_found(value: float) -> None:
+def _with_entry(value: float, where: str) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     a = generate_input(2, 8, 1, 3)
-    h, tau = torch.geqrf(a)
-    h = h.clone()
-    h[1, 5, 2] = value
-    assert check(a, (h, tau), q_method="published") == (False, "H contains NaN or Inf")
+    h, tau = (t.clone() for t in torch.geqrf(a))
+    if where == "H":
+        h[1, 5, 2] = value
+        h[0, 3, 3] = value if math.isnan(value) else abs(value)  # a second, so an overflowing sum is possible
+    else:
+        tau[1, 4] = value
+    return a, (h, tau)
+
+
+@pytest.mark.parametrize("method", ["published", "fast"])
+@pytest.mark.parametrize("where", ["H", "tau"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_entry_is_found_by_either_path(value: float, where: str, method: str) -> None:
+    a, out = _with_entry(value, where)
+    assert check(a, out, q_method=method) == (False, f"{where} contains NaN or Inf")
+
+
+def test_the_fast_path_takes_finite_entries_whose_sum_overflows_for_finite() -> None:
+    """The fast path sums first; a float32 sum past its range from finite terms is no NaN."""
+    a, out = _with_entry(3e38, "H")
+    assert not torch.isfinite(out[0].sum())
+    passed, message = check(a, out, q_method="fast")
+    assert not passed
+    assert message != "H contains NaN or Inf"
+
+
+def test_the_published_path_looks_at_h_with_isfinite_first(factored) -> None:
+    """--compat checks in the kernel's process, where a kernel can hook the checker's calls
+    (tests/exploits/function_mode_in_check.py): the published path must make the contest's."""
+    a, (h, tau) = factored
+    seen: list[object] = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if args and args[0] is h and getattr(func, "__name__", "") != "__get__":  # not attribute reads
+                seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Spy():
+        assert check(a, (h, tau), q_method="published")[0]
+    assert seen[0] is torch.isfinite
 
 
 def test_factor_gate_names_the_worst_matrix(factored) -> None:
