@@ -63,6 +63,7 @@ __all__ = [
 
 PILOT_REPEATS = 10
 RESAMPLES = 201  # made-up runs per prediction; odd, so their median is one run's count
+BLOCK_REPEATS = 1024  # repeats of every made-up run played at once
 PUBLISHED_CHECKS = 5  # timed checks per shape, after a warm one; their median is the prediction's
 
 
@@ -145,11 +146,19 @@ def predict_repeats(rule: ContestRule, max_repeats: int, call_ns: float, spread:
     """
     generator = torch.Generator().manual_seed(0)  # the same pilot always gives the same prediction
     pool = torch.tensor(spread, dtype=torch.float64) * call_ns
-    samples = pool[torch.randint(len(pool), (resamples, max_repeats), generator=generator)]
-    elapsed_s = torch.arange(1, max_repeats + 1, dtype=torch.float64) * repeat_wall_s
-    capped = (torch.arange(1, max_repeats + 1) >= rule.min_samples) & (elapsed_s > WALL_CAP_S)
-    stops = rule.stops(samples, elapsed_s) | capped
-    counts = torch.where(stops.any(-1), stops.to(torch.int8).argmax(-1) + 1, max_repeats)
+    counts = torch.full((resamples,), max_repeats)
+    pending = torch.ones(resamples, dtype=torch.bool)
+    sums, done = None, 0
+    while done < max_repeats and bool(pending.any()):  # a block of repeats at a time: --repeats may be large
+        repeat = torch.arange(done + 1, min(max_repeats, done + BLOCK_REPEATS) + 1)
+        samples = pool[torch.randint(len(pool), (resamples, len(repeat)), generator=generator)]
+        elapsed_s = repeat.to(torch.float64) * repeat_wall_s
+        stops, sums = rule.stops(samples, elapsed_s, sums)
+        stops |= (repeat >= rule.min_samples) & (elapsed_s > WALL_CAP_S)
+        stopped = pending & stops.any(-1)
+        counts[stopped] = done + 1 + stops[stopped].to(torch.int8).argmax(-1)
+        pending &= ~stopped
+        done += len(repeat)
     return int(counts.median())
 
 

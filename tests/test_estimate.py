@@ -74,6 +74,13 @@ def test_budget_reads_the_per_call_mean() -> None:
     assert WALL_CAP_S == 120.0
 
 
+def test_a_large_repeat_cap_is_played_a_block_at_a_time() -> None:
+    """--repeats may allow a million repeats: the made-up runs are played in blocks, until the
+    wall cap (120 s of 1 ms repeats) stops a case too noisy for the rule (250,000 repeats at 50%)."""
+    n = predict_repeats(ContestRule(budget_s=1e9), 10**6, 1e6, (0.5, 1.5), 0.001)
+    assert n in (120_000, 120_001)
+
+
 def test_the_prediction_is_the_same_for_the_same_pilot() -> None:
     spread = (1.02, 0.99, 1.0, 0.98, 1.01, 1.0, 1.0, 0.995, 1.005)
     first = predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, 0.001)

@@ -67,13 +67,17 @@ def test_stops_when_the_budget_is_spent() -> None:
 @pytest.mark.parametrize("spread", [0.0, 1e-4, 1e-3, 0.02, 0.3])
 def test_the_rule_over_many_runs_at_once_is_the_rule(spread: float) -> None:
     """``stops`` (the estimate's made-up runs) says what ``should_stop`` says after every repeat
-    of every run: quiet and noisy runs, around 7 ms per call, against a budget some of them spend."""
+    of every run, whole or a block of repeats at a time: quiet and noisy runs, around 7 ms per
+    call, against a budget some of them spend."""
     generator = torch.Generator().manual_seed(1)
     samples = 7e6 * (1 + spread * torch.randn(40, 60, generator=generator, dtype=torch.float64))
     elapsed_s = torch.linspace(0.02, 1.2, 60, dtype=torch.float64)
     rule = ContestRule(budget_s=0.3)
-    stops = rule.stops(samples, elapsed_s)
     expected = [[rule.should_stop(row[:n + 1].tolist(), float(elapsed_s[n])) for n in range(60)] for row in samples]
-    assert stops.tolist() == expected
+    whole, _ = rule.stops(samples, elapsed_s)
+    first, sums = rule.stops(samples[:, :17], elapsed_s[:17])
+    rest, _ = rule.stops(samples[:, 17:], elapsed_s[17:], sums)
+    assert whole.tolist() == expected
+    assert torch.cat([first, rest], dim=1).tolist() == expected
     assert any(map(any, expected))  # both answers are exercised
     assert not all(map(all, expected))

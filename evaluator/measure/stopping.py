@@ -17,7 +17,7 @@ import torch
 
 from evaluator.measure.stats import Stats
 
-__all__ = ["BlockRule", "ContestRule", "StoppingRule"]
+__all__ = ["BlockRule", "ContestRule", "RunningSums", "StoppingRule"]
 
 
 class StoppingRule(Protocol):
@@ -43,22 +43,41 @@ class ContestRule:
         stats = Stats.from_samples(samples_ns)
         return stats.rel_err < self.err_rel or stats.mean_ns * stats.runs > self.budget_s * 1e9
 
-    def stops(self, samples_ns: torch.Tensor, elapsed_s: torch.Tensor) -> torch.Tensor:
-        """:meth:`should_stop` after every repeat of many sample sequences at once, for
-        predictions that play the rule over thousands of made-up runs (:mod:`evaluator.estimate`).
+    def stops(self, samples_ns: torch.Tensor, elapsed_s: torch.Tensor,
+              before: RunningSums | None = None) -> tuple[torch.Tensor, RunningSums]:
+        """:meth:`should_stop` after every repeat of many runs at once, for predictions that play
+        the rule over hundreds of made-up runs (:mod:`evaluator.estimate`).
 
-        ``samples_ns`` is ``runs x repeats`` (float64), ``elapsed_s`` the wall time after each
-        repeat (``repeats``); the result (bool, ``runs x repeats``) says whether the rule stops
-        after that repeat given the samples up to it. Sums are taken about each run's first
-        sample, so the spread of samples far from zero loses no digits."""
-        count = torch.arange(1, samples_ns.shape[-1] + 1, dtype=samples_ns.dtype, device=samples_ns.device)
-        shifted = samples_ns - samples_ns[..., :1]
+        ``samples_ns`` is ``runs x repeats`` (float64): the next repeats of every run, following
+        those ``before`` summed (none: these are the first); ``elapsed_s`` the wall time after
+        each of them. Returns whether the rule stops after each (bool, ``runs x repeats``) and
+        the sums to continue from, so long runs can be played a block of repeats at a time.
+        Sums are taken about each run's first sample, so samples far from zero lose no digits."""
+        origin = samples_ns[..., :1] if before is None else before.origin
+        done = 0 if before is None else before.count
+        count = torch.arange(done + 1, done + samples_ns.shape[-1] + 1, dtype=samples_ns.dtype,
+                             device=samples_ns.device)
+        shifted = samples_ns - origin
         s1, s2 = shifted.cumsum(-1), (shifted * shifted).cumsum(-1)
-        mean = samples_ns[..., :1] + s1 / count
+        if before is not None:
+            s1, s2 = s1 + before.s1, s2 + before.s2
+        mean = origin + s1 / count
         variance = ((s2 - s1 * s1 / count) / (count - 1).clamp(min=1)).clamp(min=0)
         rel_err = torch.where(mean > 0, (variance / count).sqrt() / mean, math.inf)
         judged = (count >= self.min_samples) & (elapsed_s > self.min_elapsed_s)
-        return judged & ((rel_err < self.err_rel) | (mean * count > self.budget_s * 1e9))
+        stop = judged & ((rel_err < self.err_rel) | (mean * count > self.budget_s * 1e9))
+        return stop, RunningSums(done + samples_ns.shape[-1], origin, s1[..., -1:], s2[..., -1:])
+
+
+@dataclass(frozen=True)
+class RunningSums:
+    """Where :meth:`ContestRule.stops` left a batch of runs: the repeats so far, each run's first
+    sample (the origin of its sums), and the sums of its samples and of their squares about it."""
+
+    count: int
+    origin: torch.Tensor
+    s1: torch.Tensor
+    s2: torch.Tensor
 
 
 @dataclass(frozen=True)
