@@ -32,6 +32,7 @@ from tabulate import tabulate
 
 from evaluator.contestant import Contestant
 from evaluator.execution import Executor
+from evaluator.hardening.sandbox.scratch import Scratch
 from evaluator.measure.stopping import ContestRule
 from evaluator.measure.timing import synchronize
 from evaluator.modes import STAGES_BY_MODE, Mode, stage_mode
@@ -116,6 +117,7 @@ class Estimate:
     cases: tuple[CasePilot, ...]
     pilot_wall_s: float
     first_calls_s: float
+    reload_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -166,17 +168,20 @@ PilotSource = Callable[[Harness, Executor], Iterator[CaseResult]]
 
 
 def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
-                  pilots: list[CasePilot], test_walls: list[float]) -> PilotSource:
-    """The pilot's stage: every test case once (when the mode runs them), then every benchmark
-    case with ``repeats`` timed repeats; what each cost goes to ``pilots`` and ``test_walls``."""
+                  pilots: list[CasePilot], test_walls: list[tuple[float, float]]) -> PilotSource:
+    """The pilot's stage: every test case twice (when the mode runs them), then every benchmark
+    case with ``repeats`` timed repeats; what each cost goes to ``pilots`` and ``test_walls``
+    (each test case's first and second call)."""
 
     def source(h: Harness, executor: Executor) -> Iterator[CaseResult]:
         if "test" in STAGES_BY_MODE[mode]:
             for i, case in enumerate(shapes.tests):
-                test_case(h, i, seeded(case, secret))  # first call: compiles, which the real run finds cached
+                start = time.perf_counter()
+                test_case(h, i, seeded(case, secret))  # first call: compiles, or loads what is cached
+                first = time.perf_counter() - start
                 start = time.perf_counter()
                 yield test_case(h, i, seeded(case, secret))
-                test_walls.append(time.perf_counter() - start)
+                test_walls.append((first, time.perf_counter() - start))
         forward = h.progress
         for i, case in enumerate(seeded(c, secret) for c in shapes.benchmarks):
             timed_s: list[float] = []
@@ -307,14 +312,18 @@ def _stage(name: str, pilots: Sequence[CasePilot], timing: Timing, fixed_s: floa
     return StageEstimate(name, repeats, wall_s, contest_repeats, contest_wall_s, limit_s)
 
 
-def fixed_costs(breakdown: dict[str, float], stages: int, spares: bool) -> list[tuple[float, float]]:
-    """Each stage's seconds before its first case, (qrbench, the contest's protocol), from the
-    pilot's ``breakdown``: starting a worker and importing the submission, and qrbench's
-    calibration. With ``spares`` a stage after the first finds its worker started
-    (:mod:`evaluator.workers`); the contest's service starts each one fresh."""
+def fixed_costs(breakdown: dict[str, float], stages: int, spares: bool,
+                reload_s: float = 0.0) -> list[tuple[float, float]]:
+    """Each stage's seconds beyond its cases' steady cost, (qrbench, the contest's protocol), from
+    the pilot's ``breakdown``: starting a worker and importing the submission, qrbench's
+    calibration, and ``reload_s``, what a fresh worker's first calls cost over later ones
+    (loading the kernels, library handles), which every stage's worker pays again. With
+    ``spares`` a stage after the first finds its worker started (:mod:`evaluator.workers`); the
+    contest's service starts each one fresh."""
     start, load = breakdown.get("worker_start", 0.0), breakdown.get("load", 0.0)
     calibration = breakdown.get("calibration", 0.0)
-    return [((0.0 if spares and i else start) + calibration + load, start + load) for i in range(stages)]
+    return [((0.0 if spares and i else start) + calibration + load + reload_s, start + load + reload_s)
+            for i in range(stages)]
 
 
 def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions,
@@ -323,14 +332,24 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
     if mode not in (Mode.TEST, Mode.BENCHMARK, Mode.LEADERBOARD):
         raise ValueError(f"--estimate predicts test, benchmark and leaderboard runs, not {mode}")
     pilots: list[CasePilot] = []
-    test_walls: list[float] = []
+    test_walls: list[tuple[float, float]] = []
     timing = options.timing_for(shapes)
     source = _pilot_source(replace(shapes, timing=timing), mode, options.seed, repeats, pilots, test_walls)
+    scratch = Scratch.for_contestant(contestant.sha256)
+    caches_before = scratch.compile_cache_state()
     start = time.perf_counter()
     stage, _ = run_stage(contestant, StagePlan("pilot", Mode.BENCHMARK, options.seed), shapes,
                          replace(options, compat=False), on_progress=on_progress, cases_of=source)
     pilot_wall_s = time.perf_counter() - start
     notes = [f"the pilot's stage ended {stage.status}: {stage.reason}"] if stage.status not in ("pass", "fail") else []
+    # What the test cases' first calls cost over their second: loading what the caches hold, which
+    # every stage's fresh worker pays again (1.7-2.0 s of untimed calls in each of blocked_wy's
+    # measured stages, reports/h200/2026-12-02-spare-workers-on-the-h200.md); unless it compiled.
+    reload_s = sum(max(0.0, first - second) for first, second in test_walls)
+    if test_walls and scratch.compile_cache_state() != caches_before:
+        notes.append(f"the pilot compiled the kernel's code ({reload_s:.0f} s of first calls): each stage's "
+                     "loading of it from the cache is not in the prediction; a second --estimate includes it")
+        reload_s = 0.0
     published: dict[tuple[int, int], float] = {}
     for i, p in enumerate(pilots):
         key = (p.case.batch, p.case.n)
@@ -340,13 +359,15 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
     breakdown = stage.breakdown_s or {}
     names = STAGES_BY_MODE[mode]
     spares = spare_count(plan_stages(mode, options.seed), replace(options, compat=False)) > 0
+    tests_s = sum(second for _, second in test_walls)
     stages = tuple(
-        _stage(name, pilots, timing, fixed_s, contest_fixed_s, sum(test_walls) if name == "test" else 0.0,
+        _stage(name, pilots, timing, fixed_s, contest_fixed_s, tests_s if name == "test" else 0.0,
                shapes.timeout_s(stage_mode(name)))
-        for name, (fixed_s, contest_fixed_s) in zip(names, fixed_costs(breakdown, len(names), spares), strict=True)
+        for name, (fixed_s, contest_fixed_s)
+        in zip(names, fixed_costs(breakdown, len(names), spares, reload_s), strict=True)
     )
     return Estimate(contestant.name, mode, stages, tuple(pilots), pilot_wall_s,
-                    breakdown.get("untimed_calls", 0.0), tuple(notes))
+                    breakdown.get("untimed_calls", 0.0), reload_s, tuple(notes))
 
 
 def render_estimate(est: Estimate) -> str:
@@ -357,7 +378,8 @@ def render_estimate(est: Estimate) -> str:
                    f"{s.contest_limit_s:.0f}" + (" (over)" if s.over_limit else "")] for s in est.stages]
     lines = [
         f"Estimate for {est.contestant}, {est.mode} (pilot: {est.pilot_wall_s:.0f} s, of which first calls "
-        f"{est.first_calls_s:.0f} s; compiles are cached for the real run)",
+        f"{est.first_calls_s:.0f} s; compiles are cached for the real run, whose every stage pays "
+        f"{est.reload_s:.1f} s for a fresh worker's first calls)",
         tabulate(case_rows, headers=["case", "inputs", "ms per call", "cv %", "cv % (same inputs)",
                                      "ms per repeat (qrbench)", "ms per published check"], tablefmt="github"),
         "",

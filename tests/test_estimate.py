@@ -4,6 +4,7 @@ pilot's samples; a pilot predicts every stage."""
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,44 @@ def test_stages_after_the_first_start_no_worker_where_spares_serve_them() -> Non
     breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5, "kernel": 9.0}
     assert fixed_costs(breakdown, 4, spares=True) == [(3.75, 3.5), (0.75, 3.5), (0.75, 3.5), (0.75, 3.5)]
     assert fixed_costs(breakdown, 2, spares=False) == [(3.75, 3.5), (3.75, 3.5)]
+
+
+def test_every_stage_pays_a_fresh_workers_first_calls() -> None:
+    """Each stage's worker is new (spare or not) and loads the kernels again: both protocols pay."""
+    breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5}
+    assert fixed_costs(breakdown, 2, spares=True, reload_s=1.5) == [(5.25, 5.0), (2.25, 5.0)]
+
+
+def _slow_first_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> None:
+    """Every test case's first call in the pilot takes ``delay_s`` longer (a kernel load)."""
+    real, seen = estimate.test_case, set()
+
+    def test_case(h: Harness, index: int, case: Case) -> CaseResult:
+        if index not in seen:
+            seen.add(index)
+            time.sleep(delay_s)
+        return real(h, index, case)
+
+    monkeypatch.setattr(estimate, "test_case", test_case)
+
+
+def test_the_pilots_first_calls_over_its_second_go_to_every_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    _slow_first_calls(monkeypatch, 0.3)
+    shapes = resolve_shapes(TINY_SHAPES)
+    est = estimate_run(resolve_contestant("geqrf"), "leaderboard", shapes, RunOptions(device="cpu"), repeats=3)
+    assert est.reload_s > 0.2 * len(shapes.tests)  # 0.3 s each, less what a second call may take longer
+    assert not est.notes
+    assert f"pays {est.reload_s:.1f} s" in render_estimate(est)
+
+
+def test_a_pilot_that_compiled_predicts_no_loading_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    _slow_first_calls(monkeypatch, 0.1)
+    states = iter([frozenset(), frozenset({("kernel.cubin", 1, 1)})])
+    monkeypatch.setattr(estimate.Scratch, "compile_cache_state", lambda self: next(states))
+    est = estimate_run(resolve_contestant("geqrf"), "leaderboard", resolve_shapes(TINY_SHAPES),
+                       RunOptions(device="cpu"), repeats=3)
+    assert est.reload_s == 0.0
+    assert any("compiled" in note for note in est.notes)
 
 
 def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyPatch) -> None:

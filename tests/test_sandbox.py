@@ -215,6 +215,29 @@ def test_tmp_is_emptied_per_stage_and_caches_are_kept(tmp_path: Path) -> None:
         Scratch.for_contestant("../../etc", root=tmp_path)
 
 
+
+def test_the_compile_caches_state_changes_when_something_compiles(tmp_path: Path) -> None:
+    """--estimate tells a pilot that compiled from one that loaded from the caches: a file
+    written or rewritten in a compile cache changes the state; temporary files do not, nor does
+    anything behind a link (never followed)."""
+    scratch = Scratch.for_contestant("cd" * 32, root=tmp_path)
+    empty = scratch.compile_cache_state()
+    (scratch.tmp / "scratch-file").write_text("x")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (scratch.path / "inductor" / "link").symlink_to(outside, target_is_directory=True)
+    before = scratch.compile_cache_state()
+    (outside / "behind-the-link").write_text("x")
+    assert scratch.compile_cache_state() == before == empty
+    kernel = scratch.path / "triton" / "cache" / "abc" / "kernel.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"1")
+    compiled = scratch.compile_cache_state()
+    assert compiled != before
+    assert scratch.compile_cache_state() == compiled  # listing changes nothing
+    kernel.write_bytes(b"22")
+    assert scratch.compile_cache_state() != compiled
+
 # -- the audit hook --------------------------------------------------------------------------
 
 ATTEMPTS = """

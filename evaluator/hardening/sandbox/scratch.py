@@ -23,7 +23,8 @@ from pathlib import Path
 
 __all__ = ["Scratch", "parent_cache", "scratch_root", "worker_env"]
 
-_CACHE_DIRS = ("tmp", "home", "triton", "inductor", "torch_extensions", "cuda")
+_COMPILE_CACHES = ("triton", "inductor", "torch_extensions", "cuda")
+_CACHE_DIRS = ("tmp", "home", *_COMPILE_CACHES)
 # Would make the worker read or write bytecode somewhere a kernel can write, or run code at start.
 _DROPPED = ("PYTHONPYCACHEPREFIX", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE")
 
@@ -60,6 +61,22 @@ class Scratch:
     @property
     def tmp(self) -> Path:
         return self.path / "tmp"
+
+    def compile_cache_state(self) -> frozenset[tuple[str, int, int]]:
+        """Every file of the compile caches as (path, size, mtime): two states differ when
+        something compiled between them, as a cache hit writes nothing. Listed without following
+        links and never opened (the contestant writes here)."""
+        files: set[tuple[str, int, int]] = set()
+        for name in _COMPILE_CACHES:
+            for folder, _, names in os.walk(self.path / name):
+                for file in names:
+                    path = os.path.join(folder, file)
+                    try:
+                        stat = os.lstat(path)
+                    except OSError:  # gone since it was listed
+                        continue
+                    files.add((path, stat.st_size, stat.st_mtime_ns))
+        return frozenset(files)
 
     def reset_tmp(self) -> None:
         """Empty ``tmp/`` (before each stage, so no stage finds what an earlier one left)."""
