@@ -117,7 +117,7 @@ class Estimate:
     cases: tuple[CasePilot, ...]
     pilot_wall_s: float
     first_calls_s: float
-    reload_s: float
+    reload_s: float | None  # a fresh worker's first calls over later ones; None: not measured
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -345,11 +345,11 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
     # What the test cases' first calls cost over their second: loading what the caches hold, which
     # every stage's fresh worker pays again (1.7-2.0 s of untimed calls in each of blocked_wy's
     # measured stages, reports/h200/2026-12-02-spare-workers-on-the-h200.md); unless it compiled.
-    reload_s = sum(max(0.0, first - second) for first, second in test_walls)
-    if test_walls and scratch.compile_cache_state() != caches_before:
+    reload_s: float | None = sum(max(0.0, first - second) for first, second in test_walls) if test_walls else None
+    if reload_s is not None and scratch.compile_cache_state() != caches_before:
         notes.append(f"the pilot compiled the kernel's code ({reload_s:.0f} s of first calls): each stage's "
                      "loading of it from the cache is not in the prediction; a second --estimate includes it")
-        reload_s = 0.0
+        reload_s = None
     published: dict[tuple[int, int], float] = {}
     for i, p in enumerate(pilots):
         key = (p.case.batch, p.case.n)
@@ -364,7 +364,7 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
         _stage(name, pilots, timing, fixed_s, contest_fixed_s, tests_s if name == "test" else 0.0,
                shapes.timeout_s(stage_mode(name)))
         for name, (fixed_s, contest_fixed_s)
-        in zip(names, fixed_costs(breakdown, len(names), spares, reload_s), strict=True)
+        in zip(names, fixed_costs(breakdown, len(names), spares, reload_s or 0.0), strict=True)
     )
     return Estimate(contestant.name, mode, stages, tuple(pilots), pilot_wall_s,
                     breakdown.get("untimed_calls", 0.0), reload_s, tuple(notes))
@@ -378,8 +378,9 @@ def render_estimate(est: Estimate) -> str:
                    f"{s.contest_limit_s:.0f}" + (" (over)" if s.over_limit else "")] for s in est.stages]
     lines = [
         f"Estimate for {est.contestant}, {est.mode} (pilot: {est.pilot_wall_s:.0f} s, of which first calls "
-        f"{est.first_calls_s:.0f} s; compiles are cached for the real run, whose every stage pays "
-        f"{est.reload_s:.1f} s for a fresh worker's first calls)",
+        f"{est.first_calls_s:.0f} s; compiles are cached for the real run; "
+        + ("a fresh worker's first calls, which every stage pays again, not measured)" if est.reload_s is None else
+           f"every stage pays {est.reload_s:.1f} s for a fresh worker's first calls)"),
         tabulate(case_rows, headers=["case", "inputs", "ms per call", "cv %", "cv % (same inputs)",
                                      "ms per repeat (qrbench)", "ms per published check"], tablefmt="github"),
         "",
