@@ -326,6 +326,23 @@ def fixed_costs(breakdown: dict[str, float], stages: int, spares: bool,
             for i in range(stages)]
 
 
+def _first_calls_over_later(test_walls: Sequence[tuple[float, float]], compiled: bool,
+                            notes: list[str]) -> float | None:
+    """What the pilot's test cases' first calls cost over their second: loading what the caches
+    hold, which every stage's fresh worker pays again (1.7-2.0 s of untimed calls in each of
+    blocked_wy's measured stages, reports/h200/2026-12-02-spare-workers-on-the-h200.md). None
+    when not measured: no test cases, or a pilot that ``compiled`` (its first calls are compile
+    time, which the real run finds cached), which goes to ``notes``."""
+    if not test_walls:
+        return None
+    reload_s = sum(max(0.0, first - second) for first, second in test_walls)
+    if compiled:
+        notes.append(f"the pilot compiled the kernel's code ({reload_s:.0f} s of first calls): each stage's "
+                     "loading of it from the cache is not in the prediction; a second --estimate includes it")
+        return None
+    return reload_s
+
+
 def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions,
                  repeats: int = PILOT_REPEATS, on_progress: Any = None) -> Estimate:
     """Pilot ``contestant`` on ``shapes`` (hardened, one worker) and predict each stage of ``mode``."""
@@ -342,14 +359,7 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
                          replace(options, compat=False), on_progress=on_progress, cases_of=source)
     pilot_wall_s = time.perf_counter() - start
     notes = [f"the pilot's stage ended {stage.status}: {stage.reason}"] if stage.status not in ("pass", "fail") else []
-    # What the test cases' first calls cost over their second: loading what the caches hold, which
-    # every stage's fresh worker pays again (1.7-2.0 s of untimed calls in each of blocked_wy's
-    # measured stages, reports/h200/2026-12-02-spare-workers-on-the-h200.md); unless it compiled.
-    reload_s: float | None = sum(max(0.0, first - second) for first, second in test_walls) if test_walls else None
-    if reload_s is not None and scratch.compile_cache_state() != caches_before:
-        notes.append(f"the pilot compiled the kernel's code ({reload_s:.0f} s of first calls): each stage's "
-                     "loading of it from the cache is not in the prediction; a second --estimate includes it")
-        reload_s = None
+    reload_s = _first_calls_over_later(test_walls, scratch.compile_cache_state() != caches_before, notes)
     published: dict[tuple[int, int], float] = {}
     for i, p in enumerate(pilots):
         key = (p.case.batch, p.case.n)
