@@ -104,7 +104,6 @@ def test_compiled_kernels_match_on_the_gpu(batch: int, n: int, spoil: float) -> 
     _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
 
 
-
 @pytest.mark.gpu
 def test_prepared_sizes_are_checked_without_compiling_or_reading_a_cache(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
