@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import evaluator.estimate as estimate
+import evaluator.runner as runner
 from evaluator.contestant import resolve_contestant
 from evaluator.estimate import (
     CasePilot,
+    Estimate,
+    StageEstimate,
+    _parent_setup_s,
     _timed_pass,
     estimate_run,
     fixed_costs,
+    more_repeats,
     predict_repeats,
     render_estimate,
     settled_spread,
 )
+from evaluator.measure.stats import Stats
 from evaluator.measure.stopping import ContestRule
 from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
 from evaluator.results import CaseResult
@@ -96,6 +103,7 @@ def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
     assert all(p.call_s > 0 and p.repeat_s > 0 and p.published_check_s > 0 for p in est.cases)
     assert all(s.wall_s > 0 and s.repeats >= 0 for s in est.stages)
     assert est.stages[2].repeats >= 3 * len(shapes.benchmarks)  # every timed case runs at least 3 repeats
+    assert len(est.stages[2].case_repeats) == len(est.stages[2].contest_case_repeats) == len(shapes.benchmarks)
     text = render_estimate(est)
     assert "ranked-secret" in text
     assert "contest wall s" in text
@@ -105,14 +113,64 @@ def test_stages_after_the_first_start_no_worker_where_spares_serve_them() -> Non
     """A ranked submission's later stages take spares (evaluator.workers): qrbench's prediction
     leaves their worker start out; the contest's service starts every worker fresh."""
     breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5, "kernel": 9.0}
-    assert fixed_costs(breakdown, 4, spares=True) == [(3.75, 3.5), (0.75, 3.5), (0.75, 3.5), (0.75, 3.5)]
-    assert fixed_costs(breakdown, 2, spares=False) == [(3.75, 3.5), (3.75, 3.5)]
+    assert fixed_costs(breakdown, 4, spares=True, outside_s=3.75) == [(3.75, 3.5), (0.75, 3.5), (0.75, 3.5),
+                                                                      (0.75, 3.5)]
+    assert fixed_costs(breakdown, 2, spares=False, outside_s=3.75) == [(3.75, 3.5), (3.75, 3.5)]
 
 
 def test_every_stage_pays_a_fresh_workers_first_calls() -> None:
     """Each stage's worker is new (spare or not) and loads the kernels again: both protocols pay."""
     breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5}
-    assert fixed_costs(breakdown, 2, spares=True, reload_s=1.5) == [(5.25, 5.0), (2.25, 5.0)]
+    assert fixed_costs(breakdown, 2, spares=True, outside_s=3.75, reload_s=1.5) == [(5.25, 5.0), (2.25, 5.0)]
+
+
+def test_every_stage_pays_the_pilot_stages_plumbing() -> None:
+    """What the pilot's stage spent outside its cases beyond its worker's start, calibration and
+    load (containment, fingerprint, stopping the worker) goes to every stage of both protocols;
+    the parent's one-off loads for its checks to qrbench's first stage alone."""
+    breakdown = {"worker_start": 3.0, "calibration": 0.25, "load": 0.5, "other": 0.9}
+    costs = fixed_costs(breakdown, 3, spares=True, outside_s=4.25, parent_s=2.0)
+    assert costs == [(6.25, 4.0), (1.25, 4.0), (1.25, 4.0)]
+    # a stage that spent nothing beyond its named costs outside its cases (or less: clock noise)
+    assert fixed_costs(breakdown, 1, spares=False, outside_s=3.7) == [(3.75, 3.5)]
+
+
+def test_a_slow_stage_outside_its_cases_slows_every_predicted_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage's plumbing made a second slower (its environment's fingerprint): every predicted
+    stage, the later ones whose workers are spares included, pays that second, in both protocols."""
+    real = runner.fingerprint
+
+    def slow_fingerprint(device: object) -> dict[str, object]:
+        time.sleep(1.0)
+        return real(device)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "fingerprint", slow_fingerprint)
+    est = estimate_run(resolve_contestant("geqrf"), "leaderboard", resolve_shapes(TINY_SHAPES),
+                       RunOptions(device="cpu"), repeats=3, max_repeats=3)
+    assert all(s.wall_s >= 1.0 and s.contest_wall_s >= 1.0 for s in est.stages)
+
+
+def test_the_parents_one_off_loads_are_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(estimate, "prepare_checks", lambda device, sizes: time.sleep(0.2))
+    assert _parent_setup_s(RunOptions(device="cpu"), resolve_shapes(TINY_SHAPES)) >= 0.2
+
+
+@pytest.mark.parametrize(("mode", "spares"), [("leaderboard", 3), ("benchmark", 0)])
+def test_the_pilot_starts_the_spares_the_run_starts(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                    spares: int) -> None:
+    """A ranked submission starts its later stages' workers beside its test stage's, which slows
+    that one's start: the pilot's worker starts beside as many, so its start is the first stage's."""
+    counts: list[int] = []
+    real = estimate.SpareWorkers
+
+    def spy(options: RunOptions, scratch: object, count: int) -> object:
+        counts.append(count)
+        return real(options, scratch, count)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimate, "SpareWorkers", spy)
+    estimate_run(resolve_contestant("geqrf"), mode, resolve_shapes(TINY_SHAPES), RunOptions(device="cpu"),
+                 repeats=3, max_repeats=3)
+    assert counts == [spares]
 
 
 def _slow_first_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> None:
@@ -161,7 +219,8 @@ def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(estimate, "benchmark_case", spy)
     shapes = resolve_shapes(TINY_SHAPES)
-    est = estimate_run(resolve_contestant("geqrf"), "benchmark", shapes, RunOptions(device="cpu"), repeats=3)
+    est = estimate_run(resolve_contestant("geqrf"), "benchmark", shapes, RunOptions(device="cpu"), repeats=3,
+                       max_repeats=3)
     labels = [c.label for c in shapes.benchmarks]
     assert passes == [p for label in labels for p in ((label, True, True), (label, False, False))]
     assert all(p.contest_cv >= 0 for p in est.cases)
@@ -174,8 +233,8 @@ def test_contest_repeats_follow_the_contest_noise() -> None:
     pilot = CasePilot(case=Case(batch=2, n=64, cond=1, seed=1), inputs=1, call_s=1e-3, repeat_s=0.05,
                       check_s=0.01, first_pass_s=0.1, published_check_s=0.02, spread=NOISY, contest_spread=QUIET)
     settings = BenchSettings(True, 200, 10.0)
-    assert _timed_pass([pilot], settings, contest=False)[0] == 200
-    assert _timed_pass([pilot], settings, contest=True)[0] == 5  # the first repeat past the rule's 0.1 s
+    assert _timed_pass([pilot], settings, contest=False)[0] == [200]
+    assert _timed_pass([pilot], settings, contest=True)[0] == [5]  # the first repeat past the rule's 0.1 s
 
 
 def test_settled_spread_leaves_out_the_first_repeat_only() -> None:
@@ -184,3 +243,82 @@ def test_settled_spread_leaves_out_the_first_repeat_only() -> None:
     assert spread == pytest.approx([x / statistics.fmean(steady) for x in steady])
     assert statistics.stdev(settled_spread([100.0, 90.0, 110.0] * 3)) > 0.05  # later slow and fast ones all count
     assert settled_spread([5.0, 6.0]) == (1.0,)
+
+
+def test_settled_spread_joins_passes_each_less_its_first_repeat() -> None:
+    spread = settled_spread([130.0, 100.0, 102.0], [140.0, 98.0, 100.0])
+    assert spread == pytest.approx([x / 100.0 for x in (100.0, 102.0, 98.0, 100.0)])
+
+
+NOISY_NS = [100.0 * (1.0 + 0.2 * (-1) ** i) for i in range(10)]  # a 20% spread (20x32's)
+STEADY_NS = [104.0, *([100.0] * 9)]  # a slow first repeat, then none
+
+
+def _elapsed(repeat_s: float, repeats: int = 10) -> list[float]:
+    return [repeat_s * (k + 1) for k in range(repeats)]
+
+
+@pytest.mark.parametrize(("samples", "elapsed", "expected"), [
+    (NOISY_NS, _elapsed(0.013), 76),         # noisy and cheap: as many more as a second takes at 13 ms
+    (NOISY_NS, _elapsed(0.001), 190),        # noisier than the rule at 1 ms a repeat: up to 200 in all
+    (STEADY_NS, _elapsed(0.013), 0),         # its settled repeats meet the rule: nothing more to learn
+    (NOISY_NS, _elapsed(0.2), 0),            # noisy but expensive: not 10 more in a second
+    (NOISY_NS[:4], _elapsed(0.013, 4), 0),   # the rule stopped the pass early (or a failure did)
+])
+def test_a_noisy_cheap_case_is_sampled_further(samples: list[float], elapsed: list[float], expected: int) -> None:
+    assert more_repeats(samples, elapsed, 10) == expected
+
+
+def test_a_case_too_short_for_the_rules_wall_time_is_sampled_further() -> None:
+    """The rule judges nothing before 0.1 s of wall time: ten steady 1 ms repeats are unsettled,
+    and cheap to add to."""
+    assert more_repeats(STEADY_NS, _elapsed(0.001), 10) == 190
+
+
+def test_the_pilot_samples_noisy_cheap_cases_further_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made-up repeats: case 0 noisy at 40 ms a repeat, case 1 steady, case 2 noisy at 0.5 s a
+    repeat. Only case 0 gets a second pass, fresh inputs and same inputs alike, and its spreads
+    hold both passes' settled samples."""
+    kinds = {0: (0.04, NOISY_NS), 1: (0.04, STEADY_NS), 2: (0.5, NOISY_NS)}
+    calls: list[tuple[int, bool, int]] = []
+
+    def made_up(h: Harness, index: int, case: Case, settings: BenchSettings, timing: Timing) -> CaseResult:
+        calls.append((index, h.hardening.fresh_inputs, settings.max_repeats))
+        repeat_s, pattern = kinds[index]
+        samples = tuple(pattern[k % len(pattern)] for k in range(settings.max_repeats))
+        for k in range(settings.max_repeats):
+            h.progress({"event": "repeat", "index": index, "repeat": k + 1, "elapsed_s": repeat_s * (k + 1)})
+        return CaseResult(index, case, "pass", stats=Stats.from_samples(samples), samples_ns=samples)
+
+    monkeypatch.setattr(estimate, "benchmark_case", made_up)
+    shapes = resolve_shapes(TINY_SHAPES)
+    shapes = replace(shapes, benchmarks=(*shapes.benchmarks, Case(batch=2, n=8, cond=1, seed=5)))
+    est = estimate_run(resolve_contestant("geqrf"), "benchmark", shapes, RunOptions(device="cpu"), repeats=4,
+                       max_repeats=20)
+    # 4 repeats of 40 ms unsettled: 16 more (a second holds 25; 20 samples in all)
+    assert calls == [(0, True, 4), (0, True, 16), (0, False, 4), (0, False, 16),
+                     (1, True, 4), (1, False, 4), (2, True, 4), (2, False, 4)]
+    assert [(len(p.spread), len(p.contest_spread)) for p in est.cases] == [(18, 18), (3, 3), (3, 3)]
+
+
+def _made_up_estimate(stage_names: tuple[str, ...]) -> Estimate:
+    pilot = CasePilot(case=Case(batch=20, n=32, cond=1, seed=1), inputs=50, call_s=3e-5, repeat_s=0.013,
+                      check_s=0.008, first_pass_s=0.2, published_check_s=0.0025, spread=NOISY, contest_spread=NOISY)
+    timed = {"benchmark": ((200,), (198,)), "ranked": ((1000,), (674,)), "ranked-secret": ((999,), (572,))}
+    stages = tuple(StageEstimate(name, 0, 1.0, 0, 1.0, 900.0, *timed.get(name, ((), ()))) for name in stage_names)
+    return Estimate("made-up", "leaderboard", stages, (pilot,), 12.0, 2.0, 1.5)
+
+
+@pytest.mark.parametrize(("stages", "columns", "row_tail"), [
+    (("test", "benchmark", "ranked", "ranked-secret"), ["ranked repeats", "contest ranked repeats"], ["1000", "674"]),
+    (("benchmark",), ["benchmark repeats", "contest benchmark repeats"], ["200", "198"]),
+    (("test",), [], ["2.5"]),  # no timed pass: the table ends at the published check
+])
+def test_the_case_table_shows_the_repeats_that_drive_the_wall(stages: tuple[str, ...], columns: list[str],
+                                                              row_tail: list[str]) -> None:
+    """Per case, the repeats of the ranked pass (the benchmark's where there is none), for qrbench
+    and for the contest: 20x32 at its caps is where a run's minutes go."""
+    header, _, row = render_estimate(_made_up_estimate(stages)).splitlines()[1:4]
+    cells = [c.strip() for c in header.split("|")[1:-1]]
+    assert cells[7:] == columns
+    assert [c.strip() for c in row.split("|")[1:-1]][-len(row_tail):] == row_tail
