@@ -74,13 +74,10 @@ __all__ = [
 PILOT_REPEATS = 10
 # A case whose pilot pass ran all its repeats without meeting the contest's rule, and whose repeats
 # are cheap, is sampled again, up to PILOT_MAX_REPEATS samples or PILOT_PASS_S of repeats a pass.
-# Repeats grow with the square of a case's spread, and ten samples of blocked_wy's 20x32 (a 15-22%
-# spread in real runs, its slow repeats frequent) read 1.31% in one H200 pilot and 20.5% in the
-# next: the contest's ranked repeats were predicted at 508 and 1918. A spread from 200 samples is
-# good to about 5% (one from 10, about 24%), and meets a tail as often as the run does. A second a
-# pass keeps the pilot short: at 20x32 on the H200 that is about 75 more hardened repeats (13 ms
-# each) and 200 of the contest's; a case that cannot take PILOT_REPEATS more in it (0.1 s or more a
-# repeat) is expensive and keeps its first pass's samples (a rougher prediction, at the pilot's cost).
+# Repeats grow with the square of a case's spread, which ten samples give to about 24% and 200 to
+# about 5%: ten of blocked_wy's 20x32 read 20.5% and 1.31% in two H200 pilots minutes apart
+# (reports/h200/2026-12-02-blocked_wy-estimate-ten-samples-{1,2}.txt). A case that cannot take
+# PILOT_REPEATS more in a pass's second is expensive and keeps its first pass's samples.
 PILOT_MAX_REPEATS = 200
 PILOT_PASS_S = 1.0
 RESAMPLES = 201  # made-up runs per prediction; odd, so their median is one run's count
@@ -233,9 +230,9 @@ def more_repeats(samples_ns: Sequence[float], elapsed_s: Sequence[float], repeat
     stopped early or its samples met the contest's rule at its last repeat (a settled case: the
     real run stops soon too), nor when fewer than ``repeats`` more fit in ``pass_s`` (an expensive
     case); else as many as fit, up to ``max_repeats`` samples in all (:data:`PILOT_MAX_REPEATS`
-    says why). The rule judges the samples :func:`settled_spread` keeps: a pass's slow first
-    repeat alone would leave most of blocked_wy's cases unsettled on the H200 (2% at 640x512,
-    whose later repeats vary by 0.1%), each sampled again for nothing."""
+    says why). The rule judges the samples :func:`settled_spread` keeps, for the reason given
+    there: a pass's slow first repeat alone would leave settled cases looking unsettled, each
+    sampled again for nothing."""
     if len(elapsed_s) < repeats or len(samples_ns) < 2:
         return 0
     if ContestRule(budget_s=math.inf).should_stop(samples_ns[1:], elapsed_s[-1]):  # the pilot's rule, settled
@@ -470,10 +467,9 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
 
     Where the run starts spare workers beside its first stage's (:func:`~evaluator.runner.spare_count`),
     the pilot starts as many beside its own, unused: its worker's start is then the first stage's,
-    which they slow (2.4-3.8 s against 1.2 s alone for geqrf on two CPU cores; 5.1-5.2 s against
-    2.8-4.9 s on the H200). The contest's workers, which start alone, are predicted with that start
-    too: a pilot has one start to measure, and the contest's prediction errs on the safe side of its
-    limits by the difference."""
+    which they slow (reports/h200/2026-12-02-spare-workers-on-the-h200.md). The contest's workers,
+    which start alone, are predicted with that start too: a pilot has one start to measure, and the
+    contest's prediction errs on the safe side of its limits by the difference."""
     if mode not in (Mode.TEST, Mode.BENCHMARK, Mode.LEADERBOARD):
         raise ValueError(f"--estimate predicts test, benchmark and leaderboard runs, not {mode}")
     log = _PilotLog()
