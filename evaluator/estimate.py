@@ -264,10 +264,18 @@ class _PilotLog:
 
 
 def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int, max_repeats: int,
-                  log: _PilotLog) -> PilotSource:
-    """The pilot's stage: every test case twice (when the mode runs them), then every benchmark
-    case through :func:`_sampled` (``repeats`` timed repeats, more where it asks), both qrbench's
-    way and the contest's; what each cost goes to ``log``."""
+                  log: _PilotLog, settle: Callable[[], None]) -> PilotSource:
+    """The pilot's stage: every test case twice (when the mode runs them), then, once ``settle``
+    returns, every benchmark case through :func:`_sampled` (``repeats`` timed repeats, more where
+    it asks), both qrbench's way and the contest's; what each cost goes to ``log``.
+
+    ``settle`` waits for the spare workers' imports, as the run's second stage does before its
+    first timed case (:meth:`~evaluator.workers.SpareWorkers.take`): no timed repeat of the run
+    shares the machine with a worker starting, so none of the pilot's may. A warm pilot, its test
+    cases quick, otherwise times its first cases during those imports, and their spread is
+    the run's no more: 20x32 and 40x176 read 26.5% and 4.27% (same inputs) there, against 8.5%
+    and 0.27% in a cold pilot minutes before, whose compiles outlasted the imports
+    (``reports/h200/2026-12-02-blocked_wy-estimate-spares-importing{,-cold}.txt``)."""
 
     def source(h: Harness, executor: Executor) -> Iterator[CaseResult]:
         begun = time.perf_counter()
@@ -285,6 +293,7 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
                 start = time.perf_counter()
                 yield test_case(h, i, seeded(case, secret))
                 log.test_walls.append((first, time.perf_counter() - start))
+        settle()
         for i, case in enumerate(seeded(c, secret) for c in shapes.benchmarks):
             passes = _sampled(h, i, case, True, repeats, max_repeats, shapes.timing)
             result = passes[0].result
@@ -474,13 +483,14 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
         raise ValueError(f"--estimate predicts test, benchmark and leaderboard runs, not {mode}")
     log = _PilotLog()
     timing = options.timing_for(shapes)
-    source = _pilot_source(replace(shapes, timing=timing), mode, options.seed, repeats, max_repeats, log)
     hardened = replace(options, compat=False)
     scratch = Scratch.for_contestant(contestant.sha256)
     caches_before = scratch.compile_cache_state()
     start = time.perf_counter()
     parent_s = _parent_setup_s(hardened, shapes)
-    with SpareWorkers(hardened, worker_scratch(contestant), spare_count(plan_stages(mode, None), hardened)):
+    with SpareWorkers(hardened, worker_scratch(contestant), spare_count(plan_stages(mode, None), hardened)) as spares:
+        source = _pilot_source(replace(shapes, timing=timing), mode, options.seed, repeats, max_repeats, log,
+                               spares.settle)
         stage, _ = run_stage(contestant, StagePlan("pilot", Mode.BENCHMARK, options.seed), shapes, hardened,
                              on_progress=on_progress, cases_of=source)
     pilot_wall_s = time.perf_counter() - start

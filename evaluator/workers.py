@@ -150,8 +150,13 @@ class SpareWorkers:
     def take(self, wait_s: float = IMPORT_WAIT_S) -> StartedWorker | None:
         """A spare for the stage about to begin, once every spare has its imports done (or
         ``wait_s`` has passed); None when none is left (the stage starts a fresh worker)."""
-        self._settle(time.monotonic() + wait_s)
+        self.settle(wait_s)
         return self._ready.pop(0) if self._ready else None
+
+    def settle(self, wait_s: float = IMPORT_WAIT_S) -> None:
+        """Wait until every spare has its imports done (or ``wait_s`` has passed), as a stage
+        that takes one does: whatever runs next shares the machine with idle spares only."""
+        self._settle(time.monotonic() + wait_s)
 
     def close(self) -> None:
         """Kill every spare not taken."""

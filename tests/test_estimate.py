@@ -32,6 +32,7 @@ from evaluator.protocol import WALL_CAP_S, BenchSettings, Harness
 from evaluator.results import CaseResult
 from evaluator.runner import RunOptions
 from evaluator.shapes import Case, Timing, resolve_shapes
+from evaluator.workers import IMPORT_WAIT_S
 
 TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
 
@@ -171,6 +172,30 @@ def test_the_pilot_starts_the_spares_the_run_starts(monkeypatch: pytest.MonkeyPa
     estimate_run(resolve_contestant("geqrf"), mode, resolve_shapes(TINY_SHAPES), RunOptions(device="cpu"),
                  repeats=3, max_repeats=3)
     assert counts == [spares]
+
+
+def test_the_pilot_times_no_case_before_the_spares_have_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's second stage times its first case once the spares' imports are done: so does
+    the pilot, its test cases first, then the wait, then its timed passes."""
+    events: list[tuple[str, int]] = []
+    real_spares, real_sampled = estimate.SpareWorkers, estimate._sampled
+
+    class Spy(real_spares):  # type: ignore[misc, valid-type]
+        def settle(self, wait_s: float = IMPORT_WAIT_S) -> None:
+            super().settle(wait_s)
+            events.append(("settled", len(self._ready)))
+
+    def sampled(*args: object, **kwargs: object) -> object:
+        events.append(("timed", 0))
+        return real_sampled(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(estimate, "SpareWorkers", Spy)
+    monkeypatch.setattr(estimate, "_sampled", sampled)
+    estimate_run(resolve_contestant("geqrf"), "leaderboard", resolve_shapes(TINY_SHAPES), RunOptions(device="cpu"),
+                 repeats=3, max_repeats=3)
+    assert events[0] == ("settled", 3)
+    assert len(events) > 1
+    assert {name for name, _ in events[1:]} == {"timed"}
 
 
 def _slow_first_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> None:
