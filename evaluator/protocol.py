@@ -28,6 +28,7 @@ from evaluator.measure.ledger import Ledger
 from evaluator.measure.stats import Stats
 from evaluator.measure.stopping import ContestRule
 from evaluator.measure.timing import Measurement, synchronize
+from evaluator.measure.witness import ParentClock
 from evaluator.modes import Mode
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
@@ -433,12 +434,14 @@ def timed_case_result(h: Harness, index: int, case: Case, measurements: Sequence
     statistics of the kept samples. (A paired comparison's cases end here too.)"""
     samples = tuple(h.clocks.kept(m.elapsed_ns / count for m in measurements))
     clocks = tuple(h.clocks.records)
+    witnessed = ParentClock.of(measurements)
     if status:
-        return CaseResult(index, case, status, message, samples_ns=samples, seeds=seeds, clocks=clocks)
+        return CaseResult(index, case, status, message, samples_ns=samples, seeds=seeds, clocks=clocks,
+                          parent_clock=witnessed)
     problem = _case_problem(h, case, measurements, count) or h.clocks.all_discarded()
     return CaseResult(index, case, "fail" if problem else "pass", problem or "",
                       Stats.from_samples(samples) if samples else None, samples, diagnostics=dict(h.worst),
-                      seeds=seeds, clocks=clocks)
+                      seeds=seeds, clocks=clocks, parent_clock=witnessed)
 
 
 def run_test(h: Harness, shapes: ShapeSet, secret: int | None = None) -> Iterator[CaseResult]:

@@ -21,6 +21,7 @@ from evaluator.hardening.precheck import Precheck
 from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, case_margins, gate_fractions, margin_warning, tightest
 from evaluator.measure.clocks import RepeatClocks
 from evaluator.measure.stats import Stats, geomean
+from evaluator.measure.witness import ParentClock
 from evaluator.modes import STAGES_BY_MODE
 from evaluator.shapes import Case
 
@@ -37,7 +38,7 @@ __all__ = [
     "write_results",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KIND = "qrbench-results"
 
 # Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
@@ -69,6 +70,8 @@ class CaseResult:
     discarded as throttled (``--discard-on-throttle``). ``clocks`` holds the GPU's clocks around
     each timed repeat (discarded ones too, marked, with their times), when they could be read.
     ``diagnostics`` holds the checker's residuals (a timed case: the worst over all its checks).
+    ``parent_clock`` holds each timed repeat's claim beside the parent's witness of it (hardened
+    runs; :mod:`evaluator.measure.witness`).
     """
 
     index: int
@@ -80,6 +83,7 @@ class CaseResult:
     diagnostics: dict[str, float | int] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()
     clocks: tuple[RepeatClocks, ...] = ()
+    parent_clock: ParentClock | None = None
 
     @property
     def passed(self) -> bool:
@@ -98,6 +102,7 @@ class CaseResult:
             "margin": gate_fractions(self.diagnostics),
             "seeds": list(self.seeds),
             "clocks": [r.to_dict() for r in self.clocks],
+            "parent_clock": self.parent_clock.to_dict() if self.parent_clock else None,
             "work": {"flops": self.case.flops, "min_bytes": self.case.min_bytes},
         }
 
@@ -114,6 +119,7 @@ class CaseResult:
             diagnostics=dict(data.get("diagnostics", {})),
             seeds=tuple(data.get("seeds", ())),
             clocks=tuple(RepeatClocks.from_dict(r) for r in data["clocks"]),
+            parent_clock=ParentClock.from_dict(data["parent_clock"]) if data.get("parent_clock") else None,
         )
 
 
@@ -365,8 +371,17 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 2}
 
 
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added each timed case's claims beside the parent's witnesses (none before)."""
+    for run in doc.get("runs", ()):
+        for stage in run.get("stages", ()):
+            for case in stage.get("cases", ()):
+                case.setdefault("parent_clock", None)
+    return {**doc, "schema_version": 3}
+
+
 # version -> function turning a document of that version into one of the next version.
-_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
+_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def load_results(path: Path) -> list[RunResult]:

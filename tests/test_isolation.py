@@ -25,6 +25,7 @@ from evaluator.delivery import deliver, received
 from evaluator.handover import HandoverArena, _allocator_settings, _ipc_segments, _set_allocator_settings
 from evaluator.hardening.channel import ChannelError
 from evaluator.hardening.containment import alone
+from evaluator.measure.witness import ParentClock
 from evaluator.results import CaseResult
 from evaluator.runner import StagePlan, _Collector
 from evaluator.shapes import Case, ShapeSet
@@ -142,6 +143,14 @@ def test_a_compat_worker_that_reports_another_spec_breaks_the_channel() -> None:
     other = _Collector(StagePlan("test", "test", None), _shapes())
     with pytest.raises(ChannelError, match="spec it was not given"):
         other.take({"event": "case", "result": CaseResult(0, CASE.with_seed(99), "pass").to_dict()})
+
+
+def test_a_compat_workers_report_of_a_witness_is_dropped() -> None:
+    """Only the parent witnesses a repeat: a worker's report cannot put a witness in the results."""
+    collector = _Collector(StagePlan("test", "test", None), _shapes())
+    forged = CaseResult(0, CASE, "pass", parent_clock=ParentClock((1.0,), (1.0,), (0.0,))).to_dict()
+    collector.take({"event": "case", "result": forged})
+    assert collector.cases[0].parent_clock is None
 
 
 def test_the_cpu_handover_folder_goes_with_the_process(tmp_path: Path) -> None:

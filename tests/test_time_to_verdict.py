@@ -19,6 +19,13 @@ def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: py
         assert [s.name for s in run.stages] == ["test", "benchmark", "ranked", "ranked-secret"]
         assert run.passed
     assert all(s.breakdown_s for s in runs[0].stages)  # hardened stages say where their time went
+    timed = [c for s in runs[0].stages if s.name != "test" for c in s.cases]
+    for case in timed:  # each hardened repeat's claim beside the parent's witness, which contains it
+        witnessed = case.parent_clock
+        assert witnessed is not None
+        assert len(witnessed.claimed_ns) == len(case.samples_ns)
+        assert all(c <= w for c, w in zip(witnessed.claimed_ns, witnessed.witness_ns, strict=True))
+    assert all(c.parent_clock is None for s in runs[1].stages for c in s.cases)  # --compat: no witness
     printed = capsys.readouterr().out
     assert "ratio" in printed
     assert "ranked: geomean hardened/compat" in printed

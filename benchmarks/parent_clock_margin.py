@@ -1,0 +1,65 @@
+"""How close each timed case's claims came to what the parent's clock saw (rule ``parent-clock``).
+
+``python -m benchmarks.parent_clock_margin RESULTS.json [...]`` reads hardened results files (schema
+3 on: each timed case keeps its repeats' claims, witnesses and allowances) and prints, per run,
+stage and case, the claim over the witness less the allowance, the quantity the rule bounds
+below by ``PARENT_CLOCK_SHARE``: its median, 5th percentile and least value over the repeats,
+and the median claim over the bare witness. For an honest kernel the least share is how far the
+rule's share could rise on that machine before it failed it; a kernel that under-reports by a
+factor shows its shares scaled by that factor. The table comes from the results as written, on
+any machine; the machine it was measured on is in each file's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from evaluator.hardening.guards import PARENT_CLOCK_SHARE
+from evaluator.results import ResultsError, RunResult, load_results
+
+HEADERS = ["file", "contestant", "stage", "case", "repeats", "median share", "5th pct share", "least share",
+           "median claim / witness"]
+
+
+def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
+    """One row per witnessed timed case of ``runs`` (read from ``path``)."""
+    for run in runs:
+        for stage in run.stages:
+            for case in stage.cases:
+                witnessed = case.parent_clock
+                summary = witnessed.summary() if witnessed else None
+                if witnessed is None or summary is None:
+                    continue
+                bare = statistics.median(c / w for c, w in zip(witnessed.claimed_ns, witnessed.witness_ns, strict=True))
+                yield [path.name, run.contestant["name"], stage.name, case.case.label, summary.repeats,
+                       f"{summary.median:.3f}", f"{summary.p05:.3f}", f"{summary.least:.3f}", f"{bare:.3f}"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="hardened results files")
+    args = parser.parse_args(argv)
+    table: list[list[object]] = []
+    for path in args.results:
+        try:
+            table.extend(rows(path, load_results(path)))
+        except ResultsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if not table:
+        print("no witnessed timed case in these files (hardened runs of schema 3 on keep them)", file=sys.stderr)
+        return 1
+    print(f"share = claim / (witness - allowance); rule parent-clock fails a case below {PARENT_CLOCK_SHARE} "
+          "in more than a quarter of its repeats")
+    print(tabulate(table, headers=HEADERS, tablefmt="github"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""What the parent's own clock saw of each timed repeat, beside what the worker claimed.
+
+Rule ``parent-clock`` (:func:`evaluator.hardening.guards.parent_clock_problem`) accepts a claim
+down to a share of the parent's witness less the calibrated hand-over allowance. How tight that
+share can be is a question about honest kernels: how close their claims come to the witness,
+case by case, on a given machine. Each timed case keeps its repeats' three figures
+(:class:`ParentClock`) in the results file, so that any hardened run on a GPU answers it
+(``python -m benchmarks.parent_clock_margin FILE``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evaluator.measure.timing import Measurement
+
+__all__ = ["ParentClock", "ShareSummary"]
+
+
+@dataclass(frozen=True)
+class ShareSummary:
+    """A case's claims over the parent's witness less the allowance (the rule's quantity):
+    how many repeats had a positive remainder to compare with, and their median, 5th percentile
+    and least share."""
+
+    repeats: int
+    median: float
+    p05: float
+    least: float
+
+
+@dataclass(frozen=True)
+class ParentClock:
+    """Per timed repeat of one case: the worker's claim, the parent's witness and the
+    hand-over allowance, in ns (all the repeat's calls together)."""
+
+    claimed_ns: tuple[float, ...]
+    witness_ns: tuple[float, ...]
+    allowance_ns: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.claimed_ns) == len(self.witness_ns) == len(self.allowance_ns):
+            raise ValueError("claims, witnesses and allowances must be given per repeat")
+
+    @classmethod
+    def of(cls, measurements: Sequence[Measurement]) -> ParentClock | None:
+        """The witnessed repeats of ``measurements``; None when the kernel ran in the
+        evaluator's own process (``--compat``), where nothing witnesses it."""
+        witnessed = [(m.elapsed_ns, m.witness_ns, m.allowance_ns) for m in measurements if m.witness_ns is not None]
+        if not witnessed:
+            return None
+        claimed, witness, allowance = zip(*witnessed, strict=True)
+        return cls(claimed, witness, allowance)
+
+    def shares(self) -> list[float]:
+        """Each repeat's claim over its witness less its allowance, where that is positive."""
+        return [c / (w - a) for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
+                if w > a]
+
+    def summary(self) -> ShareSummary | None:
+        """The shares' summary; None when no repeat's witness exceeded its allowance."""
+        shares = sorted(self.shares())
+        if not shares:
+            return None
+        return ShareSummary(len(shares), statistics.median(shares), shares[int(0.05 * (len(shares) - 1))], shares[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claimed_ns": list(self.claimed_ns), "witness_ns": list(self.witness_ns),
+                "allowance_ns": list(self.allowance_ns)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ParentClock:
+        return cls(tuple(map(float, data["claimed_ns"])), tuple(map(float, data["witness_ns"])),
+                   tuple(map(float, data["allowance_ns"])))

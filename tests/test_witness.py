@@ -1,0 +1,81 @@
+"""Each timed case keeps its repeats' claims beside the parent's witnesses: the data a tighter
+``parent-clock`` share would be set from (evaluator/measure/witness.py, benchmarks/parent_clock_margin.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import parent_clock_margin
+from evaluator.measure.stats import Stats
+from evaluator.measure.timing import Measurement
+from evaluator.measure.witness import ParentClock
+from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
+from evaluator.shapes import Case
+
+
+def _measurements(claims: list[float], witness: float = 100.0, allowance: float = 20.0) -> list[Measurement]:
+    return [Measurement(c, witness_ns=witness, allowance_ns=allowance) for c in claims]
+
+
+def test_nothing_is_witnessed_where_the_kernel_ran_in_the_evaluators_process() -> None:
+    assert ParentClock.of([Measurement(5.0), Measurement(6.0)]) is None
+
+
+def test_the_share_is_the_claim_over_the_witness_less_the_allowance() -> None:
+    witnessed = ParentClock.of(_measurements([80.0, 40.0, 72.0]))
+    assert witnessed is not None
+    assert witnessed.shares() == pytest.approx([1.0, 0.5, 0.9])
+    summary = witnessed.summary()
+    assert summary is not None
+    assert (summary.repeats, summary.median, summary.least) == (3, pytest.approx(0.9), pytest.approx(0.5))
+
+
+def test_a_repeat_whose_witness_is_within_its_allowance_has_no_share() -> None:
+    witnessed = ParentClock.of([Measurement(10.0, witness_ns=15.0, allowance_ns=20.0),
+                                Measurement(30.0, witness_ns=60.0, allowance_ns=20.0)])
+    assert witnessed is not None
+    assert witnessed.shares() == pytest.approx([0.75])
+    assert ParentClock((1.0,), (2.0,), (3.0,)).summary() is None
+
+
+def test_figures_must_be_given_per_repeat() -> None:
+    with pytest.raises(ValueError, match="per repeat"):
+        ParentClock((1.0, 2.0), (3.0,), (0.0,))
+
+
+def _run(witnessed: ParentClock | None) -> RunResult:
+    case = CaseResult(0, Case(640, 512, 2, 1), "pass", stats=Stats.from_samples([70.0, 80.0]),
+                      samples_ns=(70.0, 80.0), parent_clock=witnessed)
+    return RunResult({"name": "blocked_wy", "path": "/x/blocked_wy", "sha256": "0" * 64}, "benchmark",
+                     {"name": "qr_v2", "path": "shapes/qr_v2.yaml"}, "cuda", "cuda-events", False,
+                     (StageResult("benchmark", "benchmark", "pass", (case,)),), {"device": "cuda"})
+
+
+def test_the_witnesses_round_trip_and_a_version_2_file_has_none(tmp_path: Path) -> None:
+    run = _run(ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)))
+    write_results(tmp_path / "r.json", [run])
+    (loaded,) = load_results(tmp_path / "r.json")
+    assert loaded.stages[0].cases[0].parent_clock == run.stages[0].cases[0].parent_clock
+
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["schema_version"] = 2
+    del doc["runs"][0]["stages"][0]["cases"][0]["parent_clock"]
+    (tmp_path / "v2.json").write_text(json.dumps(doc))
+    (old,) = load_results(tmp_path / "v2.json")
+    assert old.stages[0].cases[0].parent_clock is None
+
+
+def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    write_results(tmp_path / "r.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)))])
+    assert parent_clock_margin.main([str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "640x512" in line)
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714"]
+
+    write_results(tmp_path / "compat.json", [_run(None)])
+    assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
+    assert "no witnessed timed case" in capsys.readouterr().err
