@@ -76,6 +76,11 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     row = next(line for line in out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714"]
 
+    write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
+    assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714"]
+
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
     assert "no witnessed timed case" in capsys.readouterr().err
