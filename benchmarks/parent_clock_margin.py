@@ -8,7 +8,7 @@ whose witness exceeded their allowance (the rule judges no other), and the media
 the bare witness. For an honest kernel the least share is how far the
 rule's share could rise on that machine before it failed it; a kernel that under-reports by a
 factor shows its shares scaled by that factor. The table comes from the results as written, on
-any machine; the machine it was measured on is in each file's environment.
+any machine; each file's machine, versions, commit and date are printed under it.
 """
 
 from __future__ import annotations
@@ -43,23 +43,37 @@ def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
                        summary.repeats if summary else 0, *shares, f"{bare:.3f}"]
 
 
+def measured_on(path: Path, runs: Sequence[RunResult]) -> str:
+    """Where and when the file's first run was measured: the figures mean little without it."""
+    if not runs:
+        return f"{path.name}: no runs"
+    env, run = runs[0].environment, runs[0]
+    machine = env.get("gpu_name") or env.get("cpu") or run.device
+    return (f"{path.name}: {machine}, driver {env.get('driver_version', '-')}, torch {env.get('torch', '-')}, "
+            f"triton {env.get('triton', '-')}, commit {str(env.get('git_commit', '-'))[:7]}, {run.started_at[:10]}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="hardened results files")
     args = parser.parse_args(argv)
     table: list[list[object]] = []
+    sources: list[str] = []
     for path in args.results:
         try:
-            table.extend(rows(path, load_results(path)))
+            runs = load_results(path)
         except ResultsError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        table.extend(rows(path, runs))
+        sources.append(measured_on(path, runs))
     if not table:
         print("no witnessed timed case in these files (hardened runs of schema 3 on keep them)", file=sys.stderr)
         return 1
     print(f"share = claim / (witness - allowance); rule parent-clock fails a case below {PARENT_CLOCK_SHARE} "
           "in more than a quarter of its repeats")
     print(tabulate(table, headers=HEADERS, tablefmt="github"))
+    print("\n".join(sources))
     return 0
 
 

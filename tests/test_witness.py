@@ -75,6 +75,7 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714"]
+    assert "r.json: cuda, driver -, torch -" in out  # where it was measured, as far as the file says
 
     write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
     assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
