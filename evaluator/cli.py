@@ -34,6 +34,7 @@ from evaluator.cli_args import (
     add_kernelguard_option,
     add_run_options,
     precheck_text,
+    resolve_contestants,
 )
 from evaluator.hardening.precheck import precheck_file
 from evaluator.modes import MODE_NAMES, Mode
@@ -78,9 +79,11 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=REPORTS_DIR,
                    help="folder for the leaderboard Markdown (default: reports/ in this directory; an existing "
                         "page is kept and the new one gets a suffix, -2, -3, ..., unless --force)")
-    p = sub.add_parser("check", help="only the contest service's submission gates, per file (about a second each)")
+    p = sub.add_parser("check", help="only the contest service's submission gates (about a second a contestant)")
     p.set_defaults(func=_cmd_check)
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="a submission file")
+    p.add_argument("contestants", nargs="+", metavar="CONTESTANT",
+                   help="a name under contestants/, a folder holding submission.py, or a .py file: its submission "
+                        "file is judged, as every run judges it first")
     p.add_argument("--mode", choices=MODE_NAMES, default=Mode.LEADERBOARD,
                    help="the submission mode to judge for: kernelguard guards all but test (default: leaderboard)")
     add_kernelguard_option(p)
@@ -105,15 +108,12 @@ def _cmd_rank(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    missing = [str(f) for f in args.files if not f.is_file()]
-    if missing:
-        raise UsageError(f"no such file: {', '.join(missing)}")
     passed = True
-    for file in args.files:
+    for contestant in resolve_contestants(args.contestants):
         try:
-            verdict = precheck_file(file, args.mode, args.kernelguard)
+            verdict = precheck_file(contestant.path, args.mode, args.kernelguard)
         except OSError as exc:
-            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from exc
+            raise UsageError(f"cannot read {contestant.path}: {exc.strerror or exc}") from exc
         print(precheck_text(verdict), flush=True)
         passed = passed and verdict.passed
     return EXIT_OK if passed else EXIT_FAILED

@@ -167,7 +167,13 @@ def test_check_exits_112_naming_the_refused_file_and_rule(tmp_path: Path, capsys
 
 def test_check_of_a_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(tmp_path / "nope.py")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert f"{tmp_path / 'nope.py'}: no such contestant" in capsys.readouterr().err
+
+
+def test_check_takes_a_contestant_as_every_run_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """A name under contestants/ or a folder: its submission file is what is judged."""
+    assert main(["check", "geqrf", str(GEQRF.parent)]) == 0
+    assert capsys.readouterr().out.count(f"{GEQRF.resolve()}: passed") == 2
 
 
 # ---- runs ---------------------------------------------------------------------------------------
