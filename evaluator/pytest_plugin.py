@@ -145,8 +145,13 @@ def qrbench(request: pytest.FixtureRequest) -> CaseTimer:
     selected: dict[str, list[str]] = {}
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("contestant") is not None:
-            selected.setdefault(callspec.params["contestant"], []).append(callspec.params["case"])
+        # Only the tests that time through this fixture: another test's own "contestant"
+        # parameter (a sweep's, say) names no case to time.
+        if callspec is None or "qrbench" not in getattr(item, "fixturenames", ()):
+            continue
+        params = callspec.params
+        if params.get("contestant") is not None and "case" in params:
+            selected.setdefault(params["contestant"], []).append(params["case"])
     return CaseTimer(_plan(request.config), selected)
 
 

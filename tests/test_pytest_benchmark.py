@@ -102,6 +102,26 @@ def test_an_authors_project_benchmarks_its_kernel_through_the_entry_point(pytest
     assert doc["machine_info"]["qrbench"]["device"] == "cpu"
 
 
+@pytest.mark.slow
+def test_a_test_with_a_contestant_parameter_of_its_own_leaves_the_timing_alone(pytester: pytest.Pytester) -> None:
+    """``pytest --benchmark-only`` at this repository's root collects tests/ too, where a sweep's
+    test has a ``contestant`` parameter and no case: the session's timing must not read it as one."""
+    (pytester.path / "kernel.py").write_text((FIXTURES / "slowed.py").read_text())
+    pytester.makeini(f"[pytest]\nqrbench_contestants = kernel.py\nqrbench_shapes = {TINY}\n")
+    pytester.makepyfile(test_kernel="""
+        import pytest
+
+        @pytest.mark.parametrize("contestant", ["another_kernel"])
+        def test_other(contestant):
+            assert contestant
+
+        def test_kernel(benchmark, qrbench, contestant, case):
+            qrbench.benchmark(benchmark, contestant, case)
+    """)
+    result = pytester.runpytest_subprocess("--benchmark-only", "--qrbench-device", "cpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=1)
+
+
 def _bench(tmp_path: Path, contestants: list[str], *args: str, slowed_ms: int = 0) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pytest", "benchmarks", "--benchmark-only", "-p", "no:cacheprovider",
                "--qrbench-shapes", str(TINY), "--qrbench-device", "cpu", "--qrbench-contestants", ",".join(contestants),
