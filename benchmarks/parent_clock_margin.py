@@ -5,8 +5,10 @@
 stage and case, the claim over the witness less the allowance, the quantity the rule bounds
 below by ``PARENT_CLOCK_SHARE``: its median, 5th percentile and least value over the repeats
 whose witness exceeded their allowance (the rule judges no other), and the median claim over
-the bare witness. For an honest kernel the least share is how far the
-rule's share could rise on that machine before it failed it; a kernel that under-reports by a
+the bare witness; and the witness less the claim over the allowance (median and most), which
+for an honest kernel is how much of the allowance its hand-over really took. For an honest
+kernel the least share is how far the rule's share could rise on that machine before it failed
+it, and the last column how far the allowance could shrink; a kernel that under-reports by a
 factor shows its shares scaled by that factor. The table comes from the results as written, on
 any machine; each file's machine, versions, commit and date are printed under it.
 """
@@ -25,7 +27,7 @@ from evaluator.hardening.guards import PARENT_CLOCK_SHARE
 from evaluator.results import ResultsError, RunResult, load_results
 
 HEADERS = ["file", "contestant", "stage", "case", "repeats compared", "median share", "5th pct share", "least share",
-           "median claim / witness"]
+           "median claim / witness", "unclaimed / allowance (median, most)"]
 
 
 def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
@@ -39,8 +41,10 @@ def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
                 summary = witnessed.summary()
                 shares = [f"{x:.3f}" for x in (summary.median, summary.p05, summary.least)] if summary else ["-"] * 3
                 bare = statistics.median(c / w for c, w in zip(witnessed.claimed_ns, witnessed.witness_ns, strict=True))
+                used = witnessed.unclaimed_over_allowance()
+                spent = f"{statistics.median(used):.3f}, {max(used):.3f}" if used else "-"
                 yield [path.name, run.contestant["name"], stage.name, case.case.label,
-                       summary.repeats if summary else 0, *shares, f"{bare:.3f}"]
+                       summary.repeats if summary else 0, *shares, f"{bare:.3f}", spent]
 
 
 def measured_on(path: Path, runs: Sequence[RunResult]) -> str:

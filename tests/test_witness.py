@@ -28,6 +28,7 @@ def test_the_share_is_the_claim_over_the_witness_less_the_allowance() -> None:
     witnessed = ParentClock.of(_measurements([80.0, 40.0, 72.0]))
     assert witnessed is not None
     assert witnessed.shares() == pytest.approx([1.0, 0.5, 0.9])
+    assert witnessed.unclaimed_over_allowance() == pytest.approx([1.0, 3.0, 1.4])
     summary = witnessed.summary()
     assert summary is not None
     assert (summary.repeats, summary.median, summary.least) == (3, pytest.approx(0.9), pytest.approx(0.5))
@@ -74,13 +75,14 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     assert parent_clock_margin.main([str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "640x512" in line)
-    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714"]
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714",
+                                                                        "1.500, 1.500"]
     assert "r.json: cuda, driver -, torch -" in out  # where it was measured, as far as the file says
 
     write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
     assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
-    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714"]
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714", "0.150, 0.150"]
 
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1

@@ -60,6 +60,12 @@ class ParentClock:
         return [c / (w - a) for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
                 if w > a]
 
+    def unclaimed_over_allowance(self) -> list[float]:
+        """Each repeat's witness less its claim over its allowance: for an honest kernel, how
+        much of the allowance the hand-over really took (under 1 where the allowance covered it)."""
+        return [(w - c) / a for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
+                if a > 0]
+
     def summary(self) -> ShareSummary | None:
         """The shares' summary; None when no repeat's witness exceeded its allowance."""
         shares = sorted(self.shares())
