@@ -3,7 +3,7 @@
 ``python -m benchmarks.parent_clock_margin RESULTS.json [...]`` reads hardened results files (schema
 3 on: each timed case keeps its repeats' claims, witnesses and allowances) and prints, per run,
 stage and case, the claim over the witness less the allowance, the quantity the rule bounds
-below by ``PARENT_CLOCK_SHARE``: its median, 5th percentile and least value over the repeats
+below by its timer's ``PARENT_CLOCK_SHARE``: its median, 5th percentile and least value over the repeats
 whose witness exceeded their allowance (the rule judges no other), and the median claim over
 the bare witness; and the witness less the claim over the allowance (median and most), which
 for an honest kernel is how much of the allowance its hand-over really took. For an honest
@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not table:
         print("no witnessed timed case in these files (hardened runs of schema 3 on keep them)", file=sys.stderr)
         return 1
-    print(f"share = claim / (witness - allowance); rule parent-clock fails a case below {PARENT_CLOCK_SHARE} "
+    shares = ", ".join(f"{share} ({timer})" for timer, share in PARENT_CLOCK_SHARE.items())
+    print(f"share = claim / (witness - allowance); rule parent-clock fails a case below its timer's share, {shares}, "
           "in more than a quarter of its repeats")
     print(tabulate(table, headers=HEADERS, tablefmt="github"))
     print("\n".join(sources))

@@ -387,7 +387,9 @@ def _timed_repeats(h: Harness, index: int, inputs: CaseInputs, handed: Handed,
 def _case_problem(h: Harness, case: Case, measurements: Sequence[Measurement], count: int) -> str | None:
     """Rules judged on a whole timed case: parent clock, stream join, physical floor."""
     hard = h.hardening
-    problem = guards.parent_clock_problem(measurements) if hard.parent_clock else None
+    problem = None
+    if hard.parent_clock:
+        problem = guards.parent_clock_problem(measurements, guards.PARENT_CLOCK_SHARE[h.executor.timer_kind])
     if problem is None and hard.device_drain and h.executor.timer_kind == "cuda-events":
         problem = guards.stream_join_problem([m.tail_ns for m in measurements], [m.elapsed_ns for m in measurements])
     if problem is None and hard.physical_floor and h.floor is not None:

@@ -266,23 +266,25 @@ def _witnessed(claims_ns: tuple[float, ...], witness_ns: float, allowance_ns: fl
     return [Measurement(c, 0.0, witness_ns, allowance_ns) for c in claims_ns]
 
 
-@pytest.mark.parametrize(("claims_ns", "flagged"), [
-    ((1.0e6,) * 8, False),                       # honest: the claim is what the parent saw less the hand-over
-    ((1.0e5,) * 8, True),                        # a tenth of it, every repeat
-    ((0.7e6,) * 8, True),                        # under 80% of it, every repeat
-    ((1.0e6,) * 6 + (1.0e4,) * 2, False),        # two repeats of eight: host hiccups look the same
-    ((1.0e6,) * 5 + (1.0e4,) * 3, True),         # more than a quarter of the repeats
-    ((1.0e4,), False),                           # one repeat cannot tell
+@pytest.mark.parametrize(("claims_ns", "share", "flagged"), [
+    ((1.0e6,) * 8, 0.95, False),                 # honest: the claim is what the parent saw less the hand-over
+    ((1.0e5,) * 8, 0.8, True),                   # a tenth of it, every repeat
+    ((0.7e6,) * 8, 0.8, True),                   # under 80% of it, every repeat
+    ((0.9e6,) * 8, 0.8, False),                  # 90% of it: within the GPU's share ...
+    ((0.9e6,) * 8, 0.95, True),                  # ... not the CPU's
+    ((1.0e6,) * 6 + (1.0e4,) * 2, 0.95, False),  # two repeats of eight: host hiccups look the same
+    ((1.0e6,) * 5 + (1.0e4,) * 3, 0.95, True),   # more than a quarter of the repeats
+    ((1.0e4,), 0.95, False),                     # one repeat cannot tell
 ])
-def test_parent_clock_rule(claims_ns: tuple[float, ...], flagged: bool) -> None:
-    problem = guards.parent_clock_problem(_witnessed(claims_ns, witness_ns=1.1e6))
+def test_parent_clock_rule(claims_ns: tuple[float, ...], share: float, flagged: bool) -> None:
+    problem = guards.parent_clock_problem(_witnessed(claims_ns, witness_ns=1.1e6), share)
     assert (problem is not None) == flagged
     assert problem is None or problem.startswith("[rule parent-clock]")
 
 
 def test_parent_clock_ignores_unwitnessed_repeats() -> None:
     """In-process (compat, tests) there is no parent clock: nothing to judge."""
-    assert guards.parent_clock_problem([Measurement(1.0)] * 8) is None
+    assert guards.parent_clock_problem([Measurement(1.0)] * 8, 0.95) is None
 
 
 def test_parent_clock_judges_a_timed_case() -> None:

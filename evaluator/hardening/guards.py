@@ -203,25 +203,31 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
     )
 
 
-# parent-clock thresholds: a repeat is unaccounted for when the worker claims less than this
-# share of what the parent's clock saw beyond the hand-over allowance; the rule fires when more
-# than this share of a case's repeats (and at least two) are. A host hiccup only ever lengthens
-# what the parent sees, in a few repeats; a worker that under-reports does it where it gains.
-PARENT_CLOCK_SHARE = 0.8
+# parent-clock thresholds: a repeat is unaccounted for when the worker claims less than its
+# timer's share of what the parent's clock saw beyond the hand-over allowance; the rule fires
+# when more than PARENT_CLOCK_REPEATS of a case's repeats (and at least two) are. A host hiccup
+# only ever lengthens what the parent sees, in a few repeats; a worker that under-reports does it
+# where it gains. An honest claim is the witness less the hand-over, so its share is at least 1
+# wherever the hand-over fits its allowance. The CPU's share is fitted: honest blocked_wy and
+# cholesky_orhr on the smoke set, under a concurrent test suite, read 1.002 at least, their
+# hand-overs 74% of the allowance at most (reports/cpu/2026-12-02-parent-clock-margins.md). The
+# GPU's is not yet: no GPU run has recorded its witnesses, and an output handed back column-major
+# makes the copy-out a transposing one, which the allowance's bytes term may not cover.
+PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.8}
 PARENT_CLOCK_REPEATS = 0.25
 
 
-def parent_clock_problem(measurements: Sequence[Any]) -> str | None:
+def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | None:
     """parent-clock: the times a worker reports must fit what the parent's own clock saw.
 
     Each measurement carries the worker's claim (``elapsed_ns``), the parent's witness of the
     same repeat (``witness_ns``: from the moment its fresh inputs started to land to the
     worker's report, so work done ahead of the worker's clock is inside it) and the hand-over
     share of that (``allowance_ns``, measured before the kernel was imported). A claim below
-    ``PARENT_CLOCK_SHARE`` of witness minus allowance is unaccounted for.
+    ``share`` of witness minus allowance (:data:`PARENT_CLOCK_SHARE`, by timer) is unaccounted for.
     """
     witnessed = [m for m in measurements if m.witness_ns is not None]
-    short = [m for m in witnessed if m.elapsed_ns < PARENT_CLOCK_SHARE * (m.witness_ns - m.allowance_ns)]
+    short = [m for m in witnessed if m.elapsed_ns < share * (m.witness_ns - m.allowance_ns)]
     if len(short) < 2 or len(short) <= PARENT_CLOCK_REPEATS * len(witnessed):
         return None
     worst = min(short, key=lambda m: m.elapsed_ns / max(m.witness_ns - m.allowance_ns, 1.0))
