@@ -40,7 +40,7 @@ def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
                     continue
                 summary = witnessed.summary()
                 shares = [f"{x:.3f}" for x in (summary.median, summary.p05, summary.least)] if summary else ["-"] * 3
-                bare = statistics.median(c / w for c, w in zip(witnessed.claimed_ns, witnessed.witness_ns, strict=True))
+                bare = statistics.median(witnessed.over_witness())
                 used = witnessed.unclaimed_over_allowance()
                 spent = f"{statistics.median(used):.3f}, {max(used):.3f}" if used else "-"
                 yield [path.name, run.contestant["name"], stage.name, case.case.label,

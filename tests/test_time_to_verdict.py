@@ -24,7 +24,7 @@ def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: py
         witnessed = case.parent_clock
         assert witnessed is not None
         assert len(witnessed.claimed_ns) == len(case.samples_ns)
-        assert all(c <= w for c, w in zip(witnessed.claimed_ns, witnessed.witness_ns, strict=True))
+        assert max(witnessed.over_witness()) <= 1
     assert all(c.parent_clock is None for s in runs[1].stages for c in s.cases)  # --compat: no witness
     printed = capsys.readouterr().out
     assert "ratio" in printed

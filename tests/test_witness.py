@@ -29,6 +29,7 @@ def test_the_share_is_the_claim_over_the_witness_less_the_allowance() -> None:
     assert witnessed is not None
     assert witnessed.shares() == pytest.approx([1.0, 0.5, 0.9])
     assert witnessed.unclaimed_over_allowance() == pytest.approx([1.0, 3.0, 1.4])
+    assert witnessed.over_witness() == pytest.approx([0.8, 0.4, 0.72])
     summary = witnessed.summary()
     assert summary is not None
     assert (summary.repeats, summary.median, summary.least) == (3, pytest.approx(0.9), pytest.approx(0.5))

@@ -60,6 +60,10 @@ class ParentClock:
         return [c / (w - a) for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
                 if w > a]
 
+    def over_witness(self) -> list[float]:
+        """Each repeat's claim over its bare witness: at most 1 for a claim the witness contains."""
+        return [c / w for c, w in zip(self.claimed_ns, self.witness_ns, strict=True)]
+
     def unclaimed_over_allowance(self) -> list[float]:
         """Each repeat's witness less its claim over its allowance: for an honest kernel, how
         much of the allowance the hand-over really took (under 1 where the allowance covered it)."""
