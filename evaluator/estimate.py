@@ -272,13 +272,9 @@ def _pilot_source(shapes: ShapeSet, mode: str, secret: int | None, repeats: int,
     ``settle`` waits for the spare workers' imports, as the run's second stage does before its
     first timed case (:meth:`~evaluator.workers.SpareWorkers.take`): no timed repeat of the run
     shares the machine with a worker starting, so none of the pilot's may. A warm pilot, its test
-    cases quick, otherwise times its first cases during those imports, and their spread is
-    the run's no more: 20x32 and 40x176 read 26.5% and 4.27% (same inputs) there, against 8.5%
-    and 0.27% in a cold pilot minutes before, whose compiles outlasted the imports, and it
-    predicted 787 s for a contest run measured at 410 s
-    (``reports/h200/2026-12-02-blocked_wy-estimate-spares-importing{,-cold}.txt``). Waiting, three
-    pilots predicted 317, 438 and 340 s, 40x176 at 0.12-0.77%
-    (``reports/h200/2026-12-02-blocked_wy-estimate-spares-settled-{1,2,3}.txt``)."""
+    cases quick, otherwise times its first cases during those imports, whose spread is then the
+    run's no more (``reports/h200/2026-12-02-blocked_wy-estimate-spares-importing{,-cold}.txt``
+    against ``...-estimate-spares-settled-{1,2,3}.txt``; reports/h200/README.md has the figures)."""
 
     def source(h: Harness, executor: Executor) -> Iterator[CaseResult]:
         begun = time.perf_counter()
