@@ -9,7 +9,9 @@ the bare witness; and the witness less the claim over the allowance (median and 
 for an honest kernel is how much of the allowance its hand-over really took. For an honest
 kernel the least share is how far the rule's share could rise on that machine before it failed
 it, and the last column how far the allowance could shrink; a kernel that under-reports by a
-factor shows its shares scaled by that factor. The table comes from the results as written, on
+factor shows its shares scaled by that factor, so the last column, the timer's share over the
+median share, is the fraction of this kernel's claim below which a shaved claim is caught (in
+most repeats: the witness is the real work's either way). The table comes from the results as written, on
 any machine; each file's machine, versions, commit and date are printed under it.
 """
 
@@ -27,7 +29,7 @@ from evaluator.hardening.guards import PARENT_CLOCK_SHARE
 from evaluator.results import ResultsError, RunResult, load_results
 
 HEADERS = ["file", "contestant", "stage", "case", "repeats compared", "median share", "5th pct share", "least share",
-           "median claim / witness", "unclaimed / allowance (median, most)"]
+           "median claim / witness", "unclaimed / allowance (median, most)", "caught below"]
 
 
 def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
@@ -43,8 +45,9 @@ def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
                 bare = statistics.median(witnessed.over_witness())
                 used = witnessed.unclaimed_over_allowance()
                 spent = f"{statistics.median(used):.3f}, {max(used):.3f}" if used else "-"
+                caught = f"{PARENT_CLOCK_SHARE[run.timer] / summary.median:.2f}" if summary else "-"
                 yield [path.name, run.contestant["name"], stage.name, case.case.label,
-                       summary.repeats if summary else 0, *shares, f"{bare:.3f}", spent]
+                       summary.repeats if summary else 0, *shares, f"{bare:.3f}", spent, caught]
 
 
 def measured_on(path: Path, runs: Sequence[RunResult]) -> str:

@@ -203,9 +203,10 @@ class CaseInputs:
             # is drawn alone, so the split batch has the distribution of separate draws.
             whole = replace(self.case, batch=self.case.batch * count).with_seed(_randbits(62))
             self.pristine = list(generate_input(**whole.generator_args()).chunk(count))
-            return
-        for k in range(count):
-            self.pristine[k] = generate_input(**self.case.with_seed(_randbits(62)).generator_args())
+        else:
+            for k in range(count):
+                self.pristine[k] = generate_input(**self.case.with_seed(_randbits(62)).generator_args())
+        synchronize()  # made by now: the time is the inputs', not the next repeat's witness
 
     def install(self) -> None:
         if not self.fresh:

@@ -39,7 +39,7 @@ from evaluator.hardening.guards import rule_message
 from evaluator.measure.ledger import Ledger
 from evaluator.measure.timing import L2Flush, Measurement, synchronize
 
-__all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "frame"]
+__all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "copy_ns_per_byte", "frame"]
 
 _TAIL_BYTES = 4000
 # Messages read ahead of the parent: a hardened worker answers one command at a time, a compat
@@ -48,10 +48,17 @@ _MAX_PENDING = 10_000
 _CALIBRATION_REPEATS = 12
 _CALIBRATION_INPUTS = 32
 # The allowance is this many times the hand-over the parent measured (its 75th percentile), plus
-# a floor for host scheduling; the bandwidth term counts the bytes moved at half the measured rate.
+# a floor for host scheduling.
 _ALLOWANCE_FACTOR = 2.0
 _ALLOWANCE_FLOOR_NS = {"cuda": 200e3, "cpu": 10e6}  # host scheduling: a loaded 2-core CPU box is slow
-_BANDWIDTH_BYTES = {"cuda": 64 << 20, "cpu": 16 << 20}
+# The bytes term: inputs in at a plain copy's rate, outputs back at a transposing copy's (an
+# output in LAPACK's column-major layout, as torch.geqrf returns, is copied back transposing),
+# each timed on a buffer past the L2 (an L2-sized one reads fast) and counted this many times over.
+# On an H200 a hand-over of 640x512 took 1.3-1.6 ms for row-major outputs and 2.4-2.7 ms for
+# column-major ones, against a 1.4-1.6 ms allowance when it counted every byte at half a 64 MiB
+# plain copy's rate (reports/h200/2026-12-02-handover-probe.md).
+_COPY_FACTOR = 1.25
+_COPY_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 # The drain's round trip is calibrated with the device busy for about a millisecond, so the host
 # waits in its synchronize as it does behind a real kernel; the allowance is twice its 75th
 # percentile plus a floor (reports/h200/2026-12-01-drain-latency.md).
@@ -196,17 +203,40 @@ class WorkerLink:
 class Allowance:
     """The hand-over share of a repeat the parent witnesses, measured before the kernel was
     imported: a fixed part (flush, messages, events), a part per call (the worker's bookkeeping
-    and delivery of one output) and the bytes moved (fresh inputs in, outputs back).
+    and delivery of one output), and the bytes moved: fresh inputs in (``input_ns_per_byte``)
+    and outputs back (``output_ns_per_byte``, a transposing copy's rate).
     ``drain_ns`` is the host's round trip through the worker's device drain when nothing is
     left running (zero without CUDA): a tail beyond it is work the kernel left behind."""
 
     fixed_ns: float
     per_call_ns: float
-    bytes_per_s: float
+    input_ns_per_byte: float
+    output_ns_per_byte: float
     drain_ns: float = 0.0
 
-    def of(self, calls: int, nbytes: int) -> float:
-        return self.fixed_ns + calls * self.per_call_ns + 2 * nbytes / self.bytes_per_s
+    def of(self, calls: int, input_bytes: int, output_bytes: int) -> float:
+        return (self.fixed_ns + calls * self.per_call_ns + input_bytes * self.input_ns_per_byte
+                + output_bytes * self.output_ns_per_byte)
+
+
+def copy_ns_per_byte(device: torch.device, clock: Callable[[], int] = time.perf_counter_ns) -> tuple[float, float]:
+    """Nanoseconds per byte written by a plain and by a transposing copy on ``device``, each the
+    best of three, on matrices past the L2 (an L2-sized buffer copies faster than memory does)."""
+    side = math.isqrt(_COPY_BYTES[device.type] // 64)  # 16 float32 matrices
+    src = torch.empty(16, side, side, device=device)
+    dst = torch.empty_like(src)
+    return _best_copy_ns(dst, src, clock) / dst.nbytes, _best_copy_ns(dst, src.mT, clock) / dst.nbytes
+
+
+def _best_copy_ns(dst: torch.Tensor, src: torch.Tensor, clock: Callable[[], int]) -> float:
+    best = float("inf")
+    for _ in range(3):
+        synchronize()
+        start = clock()
+        dst.copy_(src)
+        synchronize()
+        best = min(best, clock() - start)
+    return max(best, 1.0)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -249,8 +279,9 @@ class RemoteExecutor:
         fixed = _quantile(null, 0.75)
         per_call = max(0.0, _quantile(busy, 0.75) - fixed) / _CALIBRATION_INPUTS
         floor = _ALLOWANCE_FLOOR_NS[self.device.type]
+        plain, transposing = copy_ns_per_byte(self.device, self._clock)
         self.allowance = Allowance(_ALLOWANCE_FACTOR * fixed + floor, _ALLOWANCE_FACTOR * per_call,
-                                   self._bandwidth() / _ALLOWANCE_FACTOR, self._drain_round_trip())
+                                   _COPY_FACTOR * plain, _COPY_FACTOR * transposing, self._drain_round_trip())
         return self.allowance
 
     def _drain_round_trip(self) -> float:
@@ -266,19 +297,6 @@ class RemoteExecutor:
         finally:
             self.release(one)
         return _ALLOWANCE_FACTOR * _quantile(tails, 0.75) + _DRAIN_FLOOR_NS
-
-    def _bandwidth(self) -> float:
-        """Bytes per second the parent copies on this device (read plus written)."""
-        src = torch.empty(_BANDWIDTH_BYTES[self.device.type], dtype=torch.uint8, device=self.device)
-        dst = torch.empty_like(src)
-        best = float("inf")
-        for _ in range(3):
-            synchronize()
-            start = self._clock()
-            dst.copy_(src)
-            synchronize()
-            best = min(best, self._clock() - start)
-        return 2 * src.numel() / max(best, 1.0) * 1e9
 
     def load(self, contestant: dict[str, str]) -> None:
         """Import the kernel in the worker (its sandbox closes first); a kernel that cannot be
@@ -331,16 +349,15 @@ class RemoteExecutor:
         binding = _binding(handed)
         with self.ledger.timing("check"):
             outputs = self._timed_outputs(reply, binding) if deliver else []
-        nbytes = sum(t.numel() * 4 for t in handed.tensors)
-        if deliver:
-            nbytes += sum(h.numel() * 4 + tau.numel() * 4 for h, tau in binding.outputs)
+        input_bytes = sum(t.nbytes for t in handed.tensors)
+        output_bytes = sum(h.nbytes + tau.nbytes for h, tau in binding.outputs) if deliver else 0
         assert self.allowance is not None, "calibrate() first"
         tail_ns = _duration(reply, "tail_ns")
         # device-drain: the kernel's stream region, plus whatever the device still ran beyond the
         # host's own round trip through the drain (work left on other streams counts).
         elapsed_ns = _duration(reply, "elapsed_ns") + max(0.0, tail_ns - self.allowance.drain_ns)
-        measurement = Measurement(elapsed_ns, tail_ns, witness_ns, self.allowance.of(len(handed.tensors), nbytes),
-                                  self.allowance.drain_ns)
+        allowance_ns = self.allowance.of(len(handed.tensors), input_bytes, output_bytes)
+        measurement = Measurement(elapsed_ns, tail_ns, witness_ns, allowance_ns, self.allowance.drain_ns)
         kernel_ns = min(measurement.elapsed_ns, witness_ns)
         self.ledger.add("kernel", kernel_ns / 1e9)
         self.ledger.add("flush", flush_ns / 1e9)
@@ -375,6 +392,7 @@ class RemoteExecutor:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
         start to land (so work done ahead of the worker's clock counts) to the report. Returns
         the reply, the witnessed time and the flush's share of it (ns)."""
+        synchronize()  # the parent's own queued work (making the inputs, checking) is not the worker's
         start = self._clock()
         install()
         flush_ns = 0.0

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import parent_clock_margin
 from evaluator.measure.stats import Stats
 from evaluator.measure.timing import Measurement
 from evaluator.measure.witness import ParentClock
+from evaluator.remote import Allowance, copy_ns_per_byte
 from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
 from evaluator.shapes import Case
 
@@ -77,14 +80,38 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714",
-                                                                        "1.500, 1.500"]
+                                                                        "1.500, 1.500", "1.08"]
     assert "r.json: cuda, driver -, torch -" in out  # where it was measured, as far as the file says
 
     write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
     assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
-    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714", "0.150, 0.150"]
+    assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714", "0.150, 0.150",
+                                                                        "-"]
 
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
     assert "no witnessed timed case" in capsys.readouterr().err
+
+
+def test_the_allowance_counts_each_byte_at_its_copys_rate_in_nanoseconds() -> None:
+    allowance = Allowance(fixed_ns=1000.0, per_call_ns=10.0, input_ns_per_byte=0.5, output_ns_per_byte=2.0)
+    assert allowance.of(calls=3, input_bytes=100, output_bytes=40) == pytest.approx(1000 + 30 + 50 + 80)
+
+
+def test_the_copy_rates_are_nanoseconds_per_byte_of_a_copy_timed_here() -> None:
+    """A bytes term in seconds where nanoseconds are meant would add nothing: the calibrated
+    rates must price a copy the test times itself at the same order of magnitude."""
+    plain, transposing = copy_ns_per_byte(torch.device("cpu"))
+    src = torch.empty(16 << 20, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    took = min(_timed_copy(dst, src) for _ in range(3))
+    assert 0.05 * took < plain * dst.nbytes < 20 * took
+    assert transposing > 0
+
+
+def _timed_copy(dst: torch.Tensor, src: torch.Tensor) -> int:
+    start = time.perf_counter_ns()
+    dst.copy_(src)
+    return time.perf_counter_ns() - start

@@ -211,9 +211,10 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
 # wherever the hand-over fits its allowance. The CPU's share is fitted: honest blocked_wy and
 # cholesky_orhr on the smoke set, under a concurrent test suite, read 1.002 at least, their
 # hand-overs 74% of the allowance at most (reports/cpu/2026-12-02-parent-clock-margins.md). The
-# GPU's is not yet: no GPU run has recorded its witnesses, and an output handed back column-major
-# makes the copy-out a transposing one, which the allowance's bytes term may not cover.
-PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.8}
+# GPU's likewise, once the witness stopped counting the parent's own input-making and the
+# allowance counted outputs back at a transposing copy's rate: honest row-major and column-major
+# kernels on qr_v2 (reports/h200/2026-12-02-parent-clock-margins.md).
+PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.95}
 PARENT_CLOCK_REPEATS = 0.25
 
 
