@@ -100,14 +100,15 @@ def test_the_allowance_counts_each_byte_at_its_copys_rate_in_nanoseconds() -> No
 
 
 def test_the_copy_rates_are_nanoseconds_per_byte_of_a_copy_timed_here() -> None:
-    """A bytes term in seconds where nanoseconds are meant would add nothing: the calibrated
-    rates must price a copy the test times itself at the same order of magnitude."""
+    """A bytes term in seconds where nanoseconds are meant would add nothing (a factor of 1e9):
+    the calibrated rates must price a copy the test times itself within a thousandfold either
+    way (wide: a loaded machine times one copy many times slower than another)."""
     plain, transposing = copy_ns_per_byte(torch.device("cpu"))
     src = torch.empty(16 << 20, dtype=torch.uint8)
     dst = torch.empty_like(src)
     dst.copy_(src)
     took = min(_timed_copy(dst, src) for _ in range(3))
-    assert 0.05 * took < plain * dst.nbytes < 20 * took
+    assert took / 1000 < plain * dst.nbytes < took * 1000
     assert transposing > 0
 
 
