@@ -211,9 +211,10 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
 # wherever the hand-over fits its allowance. The CPU's share is fitted: honest blocked_wy and
 # cholesky_orhr on the smoke set, under a concurrent test suite, read 1.002 at least, their
 # hand-overs 74% of the allowance at most (reports/cpu/2026-12-02-parent-clock-margins.md). The
-# GPU's likewise, once the witness stopped counting the parent's own input-making and the
-# allowance counted outputs back at a transposing copy's rate: honest row-major and column-major
-# kernels on qr_v2 (reports/h200/2026-12-02-parent-clock-margins.md).
+# GPU's is set from honest row-major and column-major kernels' hand-overs on qr_v2, measured
+# against the allowance of before: a witness that no longer counts the parent's own input-making
+# and an allowance that now counts the bytes (it had not) can only raise their shares, the least
+# of which then comes to about 1 (reports/h200/2026-12-02-handover-probe.md, "The share").
 PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.95}
 PARENT_CLOCK_REPEATS = 0.25
 
