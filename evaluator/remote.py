@@ -54,10 +54,9 @@ _ALLOWANCE_FACTOR = 2.0
 _ALLOWANCE_FLOOR_NS = {"cuda": 200e3, "cpu": 10e6}  # host scheduling: a loaded 2-core CPU box is slow
 # The bytes term: inputs in at a plain copy's rate, outputs back at a transposing copy's (an
 # output in LAPACK's column-major layout, as torch.geqrf returns, is copied back transposing),
-# each timed on a buffer past the L2 (an L2-sized one reads fast) and counted this many times over.
-# On an H200 a hand-over of 640x512 took 1.3-1.6 ms for row-major outputs and 2.4-2.7 ms for
-# column-major ones, against a 1.4-1.6 ms allowance when it counted every byte at half a 64 MiB
-# plain copy's rate (reports/h200/2026-12-02-handover-probe.md).
+# each timed on a buffer past the L2 (an L2-sized one reads fast) and counted this many times over:
+# the heavy cases' hand-overs on an H200, row-major and column-major, in
+# reports/h200/2026-12-02-handover-probe.md.
 _COPY_FACTOR = 1.25
 _COPY_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 # The drain's round trip is calibrated with the device busy for about a millisecond, so the host
