@@ -270,8 +270,8 @@ def _witnessed(claims_ns: tuple[float, ...], witness_ns: float, allowance_ns: fl
     ((1.0e6,) * 8, 0.95, False),                 # honest: the claim is what the parent saw less the hand-over
     ((1.0e5,) * 8, 0.8, True),                   # a tenth of it, every repeat
     ((0.7e6,) * 8, 0.8, True),                   # under 80% of it, every repeat
-    ((0.9e6,) * 8, 0.8, False),                  # 90% of it: within the GPU's share ...
-    ((0.9e6,) * 8, 0.95, True),                  # ... not the CPU's
+    ((0.9e6,) * 8, 0.8, False),                  # 90% of it: within a share of 0.8 ...
+    ((0.9e6,) * 8, 0.95, True),                  # ... not within 0.95, both timers' share
     ((1.0e6,) * 6 + (1.0e4,) * 2, 0.95, False),  # two repeats of eight: host hiccups look the same
     ((1.0e6,) * 5 + (1.0e4,) * 3, 0.95, True),   # more than a quarter of the repeats
     ((1.0e4,), 0.95, False),                     # one repeat cannot tell
