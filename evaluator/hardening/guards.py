@@ -211,10 +211,9 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
 # wherever the hand-over fits its allowance. The CPU's share is fitted: honest blocked_wy and
 # cholesky_orhr on the smoke set, under a concurrent test suite, read 1.002 at least, their
 # hand-overs 74% of the allowance at most (reports/cpu/2026-12-02-parent-clock-margins.md). The
-# GPU's is set from honest row-major and column-major kernels' hand-overs on qr_v2, measured
-# against the allowance of before: a witness that no longer counts the parent's own input-making
-# and an allowance that now counts the bytes (it had not) can only raise their shares, which
-# then clear it (reports/h200/2026-12-02-handover-probe.md, "The share").
+# GPU's is set from honest row-major and column-major kernels' hand-overs on qr_v2
+# (reports/h200/2026-12-02-handover-probe.md) and confirmed by their hardened runs there
+# (reports/h200/2026-12-02-parent-clock-margins.md).
 PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.95}
 PARENT_CLOCK_REPEATS = 0.25
 
