@@ -10,6 +10,7 @@ import torch
 
 from reference import check, check_implementation, verdict
 from tests.conftest import GOLDEN
+from tests.corpus_arithmetic import fingerprint, recorded_messages
 
 DIAGNOSTICS = (
     "scaled_factor_residual",
@@ -19,11 +20,13 @@ DIAGNOSTICS = (
 )
 # Absolute slacks (in the diagnostics' unit, n·eps; the gates are 20 and 100) under which two
 # float32 materialisations of Q cannot be told apart. On the CPU, the blocked Q and LAPACK's
-# differ by at most 0.05 on this corpus. Across devices the contest's own checker moves more:
+# differ by at most 0.05 on this corpus. Across arithmetics the contest's own checker moves more:
 # cuSOLVER's orgqr on an H200 gives an orthogonality of 1.10 where LAPACK gave 0.708 for the
-# same exact factors (measured 2026-11-29), so GPU results are held to 0.5.
+# same exact factors (measured 2026-11-29), and on an AVX-512 Xeon (MKL 2024.2, two threads) the
+# published checker's n=2 factor residual reads 0.451 where the corpus's machine printed 0.339
+# (tests/golden/published_messages/3d03a9a37ee17cc9.json), so other arithmetics are held to 0.5.
 ROUNDING_LEVEL = 0.05
-CROSS_DEVICE_ROUNDING_LEVEL = 0.5
+CROSS_ARITHMETIC_ROUNDING_LEVEL = 0.5
 
 
 @cache
@@ -44,35 +47,77 @@ def _matrix(message: str) -> str | None:
     return m[1] if m else None
 
 
-@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
-def test_published_path_reproduces_verdict_and_message(index: int) -> None:
-    entry = _entries()[index]
-    passed, message = check(entry["A"], entry["output"], q_method="published")
-    assert passed == entry["passed"]
-    assert message == entry["message"]
+@cache
+def _machine_fingerprint() -> str:
+    return fingerprint(_entries())
 
 
-@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
-def test_default_check_reproduces_verdict_and_message(index: int) -> None:
-    """The default ("auto") path is what the evaluator uses; on the CPU it is the published one."""
-    entry = _entries()[index]
-    assert check_implementation(entry["A"], entry["output"]) == (entry["passed"], entry["message"])
+@cache
+def _published_here() -> list[tuple[bool, str]] | None:
+    return recorded_messages(_entries(), _machine_fingerprint())
 
 
-@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
-def test_blocked_q_gives_same_verdict_and_close_diagnostics(index: int) -> None:
-    entry = _entries()[index]
-    v = verdict(entry["A"], entry["output"], q_method="blocked")
+def _published_message(index: int) -> tuple[bool, str]:
+    """What the published checker prints for this entry with this machine's rounding, or a skip."""
+    published = _published_here()
+    if published is None:
+        pytest.skip(
+            f"no published-checker messages recorded for this machine's LAPACK rounding (fingerprint "
+            f"{_machine_fingerprint()}); verdicts and diagnostics are still checked. Record them with "
+            "tests/golden/record_published_messages.py"
+        )
+    return published[index]
+
+
+def _assert_same_diagnostics(v, entry: dict, level: float) -> None:
+    """Same verdict; a failure names the corpus's gate and matrix, a pass its diagnostics within level."""
     assert v.passed == entry["passed"]
     if not v.passed:
-        # Same gate, same worst matrix.
         assert v.message.split(":")[0] == entry["message"].split(":")[0]
         assert _matrix(v.message) == _matrix(entry["message"])
         return
     published = _published_numbers(entry["message"])
     for key in DIAGNOSTICS:
         ours, theirs = v.diagnostics[key], published[key]
-        assert abs(ours - theirs) <= max(0.25 * abs(theirs), ROUNDING_LEVEL), key
+        assert abs(ours - theirs) <= max(0.25 * abs(theirs), level), key
+
+
+@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
+def test_published_path_gives_verdict_and_close_diagnostics(index: int) -> None:
+    """On any machine: the corpus's verdict, gate and matrix, and its figures up to another LAPACK's rounding."""
+    entry = _entries()[index]
+    _assert_same_diagnostics(verdict(entry["A"], entry["output"], q_method="published"), entry,
+                             CROSS_ARITHMETIC_ROUNDING_LEVEL)
+
+
+@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
+def test_published_path_reproduces_message(index: int) -> None:
+    """Where the published checker's messages are recorded for this rounding: the same characters."""
+    entry = _entries()[index]
+    assert check(entry["A"], entry["output"], q_method="published") == _published_message(index)
+
+
+@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
+def test_default_check_reproduces_message(index: int) -> None:
+    """The default ("auto") path is what the evaluator uses; on the CPU it is the published one."""
+    entry = _entries()[index]
+    assert check_implementation(entry["A"], entry["output"]) == _published_message(index)
+
+
+def test_this_machines_record_keeps_the_corpus_verdicts() -> None:
+    """A recorded message set is the published checker's on the same inputs: only figures may move."""
+    published = _published_here()
+    if published is None:
+        pytest.skip(f"no record for fingerprint {_machine_fingerprint()}")
+    assert [p for p, _ in published] == [e["passed"] for e in _entries()]
+    for (_, message), entry in zip(published, _entries(), strict=True):
+        assert message.split(":")[0].split("=")[0] == entry["message"].split(":")[0].split("=")[0]
+
+
+@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
+def test_blocked_q_gives_same_verdict_and_close_diagnostics(index: int) -> None:
+    entry = _entries()[index]
+    _assert_same_diagnostics(verdict(entry["A"], entry["output"], q_method="blocked"), entry, ROUNDING_LEVEL)
 
 
 def test_corpus_covers_passes_and_every_kind_of_failure() -> None:
@@ -93,13 +138,4 @@ def test_cuda_checker_gives_the_corpus_verdicts(method: str) -> None:
         out = entry["output"]
         if isinstance(out, tuple):
             out = tuple(t.cuda() if isinstance(t, torch.Tensor) else t for t in out)
-        v = verdict(a, out, q_method=method)
-        assert v.passed == entry["passed"], entry["variant"]
-        if not v.passed:
-            assert v.message.split(":")[0] == entry["message"].split(":")[0]
-            assert _matrix(v.message) == _matrix(entry["message"])
-        else:
-            published = _published_numbers(entry["message"])
-            for key in DIAGNOSTICS:
-                slack = max(0.25 * abs(published[key]), CROSS_DEVICE_ROUNDING_LEVEL)
-                assert abs(v.diagnostics[key] - published[key]) <= slack, (entry["variant"], key)
+        _assert_same_diagnostics(verdict(a, out, q_method=method), entry, CROSS_ARITHMETIC_ROUNDING_LEVEL)
