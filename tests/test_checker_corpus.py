@@ -10,7 +10,7 @@ import torch
 
 from reference import check, check_implementation, verdict
 from tests.conftest import GOLDEN
-from tests.corpus_arithmetic import fingerprint, recorded_messages
+from tests.corpus_arithmetic import Record, fingerprint_at, records, torch_threads
 
 DIAGNOSTICS = (
     "scaled_factor_residual",
@@ -48,25 +48,29 @@ def _matrix(message: str) -> str | None:
 
 
 @cache
-def _machine_fingerprint() -> str:
-    return fingerprint(_entries())
+def _records() -> list[Record]:
+    return records(len(_entries()))
 
 
 @cache
-def _published_here() -> list[tuple[bool, str]] | None:
-    return recorded_messages(_entries(), _machine_fingerprint())
+def _fingerprint_at(threads: int) -> str:
+    return fingerprint_at(_entries(), threads)
 
 
-def _published_message(index: int) -> tuple[bool, str]:
-    """What the published checker prints for this entry with this machine's rounding, or a skip."""
-    published = _published_here()
-    if published is None:
+def _reproduced(record: Record) -> Record:
+    """The record, where this machine's LAPACK rounds as its machine's did at its thread count; else a skip."""
+    here = _fingerprint_at(record.threads)
+    if here != record.fingerprint:
         pytest.skip(
-            f"no published-checker messages recorded for this machine's LAPACK rounding (fingerprint "
-            f"{_machine_fingerprint()}); verdicts and diagnostics are still checked. Record them with "
-            "tests/golden/record_published_messages.py"
+            f"the published messages of {record.name}.json need its LAPACK rounding; at {record.threads} "
+            f"threads this machine's fingerprint is {here}. Verdicts and diagnostics are still checked; "
+            "record this machine's with tests/golden/record_published_messages.py"
         )
-    return published[index]
+    return record
+
+
+def _record_ids() -> list[str]:
+    return [f"{r.name}@{r.threads}t" for r in _records()]
 
 
 def _assert_same_diagnostics(v, entry: dict, level: float) -> None:
@@ -90,28 +94,36 @@ def test_published_path_gives_verdict_and_close_diagnostics(index: int) -> None:
                              CROSS_ARITHMETIC_ROUNDING_LEVEL)
 
 
-@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
-def test_published_path_reproduces_message(index: int) -> None:
-    """Where the published checker's messages are recorded for this rounding: the same characters."""
-    entry = _entries()[index]
-    assert check(entry["A"], entry["output"], q_method="published") == _published_message(index)
+@pytest.mark.parametrize("record", _records(), ids=_record_ids())
+def test_published_path_reproduces_every_recorded_message(record: Record) -> None:
+    """Where a record's rounding is reproduced here: every message the same to the character."""
+    record = _reproduced(record)
+    with torch_threads(record.threads):
+        ours = [check(e["A"], e["output"], q_method="published") for e in _entries()]
+    assert _differences(ours, record) == []
 
 
-@pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())
-def test_default_check_reproduces_message(index: int) -> None:
+@pytest.mark.parametrize("record", _records(), ids=_record_ids())
+def test_default_check_reproduces_every_recorded_message(record: Record) -> None:
     """The default ("auto") path is what the evaluator uses; on the CPU it is the published one."""
-    entry = _entries()[index]
-    assert check_implementation(entry["A"], entry["output"]) == _published_message(index)
+    record = _reproduced(record)
+    with torch_threads(record.threads):
+        ours = [check_implementation(e["A"], e["output"]) for e in _entries()]
+    assert _differences(ours, record) == []
 
 
-def test_this_machines_record_keeps_the_corpus_verdicts() -> None:
-    """A recorded message set is the published checker's on the same inputs: only figures may move."""
-    published = _published_here()
-    if published is None:
-        pytest.skip(f"no record for fingerprint {_machine_fingerprint()}")
-    assert [p for p, _ in published] == [e["passed"] for e in _entries()]
-    for (_, message), entry in zip(published, _entries(), strict=True):
-        assert message.split(":")[0].split("=")[0] == entry["message"].split(":")[0].split("=")[0]
+def _differences(ours: list[tuple[bool, str]], record: Record) -> list[str]:
+    return [f"{name}: ours {mine!r}, published {theirs!r}"
+            for name, mine, theirs in zip(_ids(), ours, record.messages, strict=True) if mine != theirs]
+
+
+def test_every_record_keeps_the_corpus_verdicts_and_gates() -> None:
+    """A record is the published checker's on the corpus's inputs: only printed figures may differ."""
+    assert _records()
+    for record in _records():
+        assert [p for p, _ in record.messages] == [e["passed"] for e in _entries()], record.name
+        for (_, message), entry in zip(record.messages, _entries(), strict=True):
+            assert message.split(":")[0].split("=")[0] == entry["message"].split(":")[0].split("=")[0]
 
 
 @pytest.mark.parametrize("index", range(len(_entries())), ids=_ids())

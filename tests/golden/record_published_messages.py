@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.corpus_arithmetic import RECORDS, fingerprint
+from tests.corpus_arithmetic import RECORDS, fingerprint, torch_threads
 
 CORPUS = Path(__file__).parent / "check_corpus_public.pt"
 
@@ -54,8 +54,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("problem", type=Path, help="the published problems/linalg/qr_v2 directory")
     parser.add_argument("--commit", default="unknown", help="the reference-kernels commit it was read at")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch's CPU threads while recording (LAPACK rounds by thread count)")
     args = parser.parse_args()
-    check = _published_checker(args.problem)
+    with torch_threads(args.threads):
+        _record(args.problem, args.commit, args.threads)
+
+
+def _record(problem: Path, commit: str, threads: int) -> None:
+    """Runs the published checker on every corpus entry and writes its messages under the fingerprint."""
+    check = _published_checker(problem)
     entries = torch.load(CORPUS, weights_only=True)["entries"]
     messages = [list(check(e["A"], e["output"])) for e in entries]
     verdicts_differ = [i for i, (m, e) in enumerate(zip(messages, entries, strict=True)) if m[0] != e["passed"]]
@@ -69,9 +77,9 @@ def main() -> None:
         "cpu": _cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "blas": _blas(),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         "torch": torch.__version__,
-        "published_checker": f"gpu-mode/reference-kernels@{args.commit} problems/linalg/qr_v2/reference.py",
+        "published_checker": f"gpu-mode/reference-kernels@{commit} problems/linalg/qr_v2/reference.py",
         "messages": messages,
     }
     RECORDS.mkdir(exist_ok=True)
