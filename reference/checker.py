@@ -89,8 +89,8 @@ def _finite(x: torch.Tensor, one_pass: bool) -> bool:
     return bool(torch.isfinite(x).all().item())
 
 
-def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device,
-                    one_pass: bool) -> str | None:
+def _form_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device) -> str | None:
+    """What is wrong with ``value``'s type, shape, dtype or device (host checks only), or None."""
     if not isinstance(value, torch.Tensor):
         return f"{name} must be a torch.Tensor"
     if value.shape != shape:
@@ -99,9 +99,15 @@ def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: to
         return f"{name} dtype must be torch.float32, got {value.dtype}"
     if value.device != device:
         return f"{name} must be on {device}, got {value.device}"
-    if not _finite(value, one_pass):
-        return f"{name} contains NaN or Inf"
     return None
+
+
+def _tensor_problem(name: str, value: object, shape: tuple[int, ...], device: torch.device,
+                    one_pass: bool) -> str | None:
+    problem = _form_problem(name, value, shape, device)
+    if problem is None and not _finite(value, one_pass):
+        return f"{name} contains NaN or Inf"
+    return problem
 
 
 @contextmanager
@@ -308,22 +314,26 @@ def _fast_clear_pass(
 ) -> Verdict | None:
     """The gates with a blocked Q and float64 products, for a pass with room to spare.
 
-    Returns the pass (with the contest's diagnostics) when every scaled residual is under half
-    its gate, else None: failures, near-gate passes and anything non-finite go to the
-    published path, which gives the contest's verdict and message. Without ``reconstruction``
-    the ``QR - A`` residual, which no gate reads, is neither computed nor reported.
+    Returns the pass (with the contest's diagnostics) when H and tau are finite and every
+    scaled residual is under half its gate, else None: failures, near-gate passes and anything
+    non-finite go to the published path, which gives the contest's verdict and message. Without
+    ``reconstruction`` the ``QR - A`` residual, which no gate reads, is neither computed nor
+    reported. Everything is queued before the one wait for its figures: H's finiteness (a sum,
+    see :func:`_finite`) is asked with the rest, not before it.
     """
     batch, n, _ = a.shape
+    sums = torch.stack((h.sum(), tau.sum()))
     a_norms, factor, triangular, orth, recon = _fast_residuals(a, h, tau, reconstruction)
     eps_n = _EPS32 * max(n, 1)
     factor_scaled = factor / (eps_n * a_norms.clamp_min(1e-30))
     a_scale = a_norms.amax().clamp_min(1e-30)
-    worst_factor = factor_scaled.amax().item()
-    orth_scaled = (orth.amax() / eps_n).item()
-    tri_scaled = (triangular.amax() / (eps_n * a_scale)).item()
-    finite = all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled)))
-    if not (finite and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR
-            and orth_scaled < _AUTO_TRUST * ORTH_RTOL_FACTOR):
+    figures = [factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
+               sums.double().sum()]
+    if recon is not None:
+        figures.append(recon.amax() / (eps_n * a_scale))
+    worst_factor, orth_scaled, tri_scaled, *others = torch.stack(figures).tolist()
+    if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, *others)))
+            and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR and orth_scaled < _AUTO_TRUST * ORTH_RTOL_FACTOR):
         return None
     diagnostics: dict[str, float | int] = {
         "factor_rtol": _rtol(n, FACTOR_RTOL_FACTOR),
@@ -331,10 +341,7 @@ def _fast_clear_pass(
         "scaled_factor_residual": worst_factor,
     }
     if recon is not None:
-        recon_scaled = (recon.amax() / (eps_n * a_scale)).item()
-        if not math.isfinite(recon_scaled):
-            return None
-        diagnostics["scaled_reconstruction_residual"] = recon_scaled
+        diagnostics["scaled_reconstruction_residual"] = others[1]
     diagnostics |= {
         "scaled_triangular_residual": tri_scaled,
         "scaled_orthogonality_residual": orth_scaled,
@@ -364,14 +371,17 @@ def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto", reconst
     if not isinstance(output, tuple) or len(output) != 2:
         return Verdict(False, "output must be a tuple `(H, tau)`")
     h, tau = output
-    for name, value, shape in (("H", h, (batch, n, n)), ("tau", tau, (batch, n))):
+    tensors = (("H", h, (batch, n, n)), ("tau", tau, (batch, n)))
+    if q_method == "fast" and all(_form_problem(*tensor, a.device) is None for tensor in tensors):
+        cleared = _fast_clear_pass(a, h, tau, reconstruction=reconstruction)
+        if cleared is not None:
+            return cleared
+    # The contest's order: each tensor's form, then its finiteness, then the gates.
+    for name, value, shape in tensors:
         problem = _tensor_problem(name, value, shape, a.device, one_pass=q_method == "fast")
         if problem is not None:
             return Verdict(False, problem)
-
-    if q_method != "fast":
-        return _gated(a, h, tau, q_method)
-    return _fast_clear_pass(a, h, tau, reconstruction=reconstruction) or _gated(a, h, tau, "published")
+    return _gated(a, h, tau, "published" if q_method == "fast" else q_method)
 
 
 def check(a: torch.Tensor, output: object, q_method: QMethod = "auto") -> tuple[bool, str]:
