@@ -327,12 +327,11 @@ def _fast_clear_pass(
     eps_n = _EPS32 * max(n, 1)
     factor_scaled = factor / (eps_n * a_norms.clamp_min(1e-30))
     a_scale = a_norms.amax().clamp_min(1e-30)
-    figures = [factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
-               sums.double().sum()]
-    if recon is not None:
-        figures.append(recon.amax() / (eps_n * a_scale))
-    worst_factor, orth_scaled, tri_scaled, *others = torch.stack(figures).tolist()
-    if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, *others)))
+    recon_scaled = recon.amax() / (eps_n * a_scale) if recon is not None else torch.zeros_like(a_scale)
+    figures = torch.stack((factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
+                           recon_scaled, sums.double().sum()))
+    worst_factor, orth_scaled, tri_scaled, recon_figure, inputs_sum = figures.tolist()  # the one wait
+    if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, recon_figure, inputs_sum)))
             and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR and orth_scaled < _AUTO_TRUST * ORTH_RTOL_FACTOR):
         return None
     diagnostics: dict[str, float | int] = {
@@ -341,7 +340,7 @@ def _fast_clear_pass(
         "scaled_factor_residual": worst_factor,
     }
     if recon is not None:
-        diagnostics["scaled_reconstruction_residual"] = others[1]
+        diagnostics["scaled_reconstruction_residual"] = recon_figure
     diagnostics |= {
         "scaled_triangular_residual": tri_scaled,
         "scaled_orthogonality_residual": orth_scaled,
