@@ -322,16 +322,15 @@ def _fast_clear_pass(
     see :func:`_finite`) is asked with the rest, not before it.
     """
     batch, n, _ = a.shape
-    sums = torch.stack((h.sum(), tau.sum()))
     a_norms, factor, triangular, orth, recon = _fast_residuals(a, h, tau, reconstruction)
     eps_n = _EPS32 * max(n, 1)
     factor_scaled = factor / (eps_n * a_norms.clamp_min(1e-30))
     a_scale = a_norms.amax().clamp_min(1e-30)
     recon_scaled = recon.amax() / (eps_n * a_scale) if recon is not None else torch.zeros_like(a_scale)
     figures = torch.stack((factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
-                           recon_scaled, sums.double().sum()))
-    worst_factor, orth_scaled, tri_scaled, recon_figure, inputs_sum = figures.tolist()  # the one wait
-    if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, recon_figure, inputs_sum)))
+                           recon_scaled, h.sum().double(), tau.sum().double()))
+    worst_factor, orth_scaled, tri_scaled, recon_figure, *sums = figures.tolist()  # the one wait
+    if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, recon_figure, *sums)))
             and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR and orth_scaled < _AUTO_TRUST * ORTH_RTOL_FACTOR):
         return None
     diagnostics: dict[str, float | int] = {

@@ -134,12 +134,8 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
                tiles=UpdateTiles(fused=True))),
     # 640x512: leaves of 16 (§W3), two panel warps (7.99 vs 8.16 ms, §W4), the top tile (7.93 vs 8.01,
     # §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for the mixed
-    # update, §W11). Ranked 7.29 ms at nb 64. Sweep: two warps 7.21 ms, four 7.46, eight 7.85.
-    # nb 32 since 2026-12-03: paired blocks on the four 640x512 cases, 0.958 [0.957, 0.959] of nb
-    # 64's time, every case faster (reports/h200/2026-12-03-blocked_wy-compare-nb32-512.md; sweeps
-    # 3.5-6.7% faster in 2026-12-03-blocked_wy-sweep-nb*.json, where nb 16 lost by 14%, nb 128 by
-    # 23% and leaves of 32 were 4x slower); the qr_v2 tests pass with the worst scaled factor
-    # residual 0.038 (2026-12-03-blocked_wy-nb32-test-qr_v2.json).
+    # update, §W11). nb 32: paired blocks give 0.958 [0.957, 0.959] of nb 64's time on the four 640x512
+    # cases (reports/h200/2026-12-03-blocked_wy-compare-nb32-512.md; the other widths, §W12).
     (1023, Plan(nb=32, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
     # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
