@@ -373,10 +373,13 @@ HONEST = """
 
 
 @pytest.mark.slow
-def test_honest_kernels_run_under_the_hook(request: pytest.FixtureRequest) -> None:
+def test_honest_kernels_run_under_the_hook(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """torch.compile (inductor, gcc) and a Triton interpreter kernel, in the worker's environment.
-    The scratch lives in pytest's cache, so compile caches make later runs faster, as in real use."""
-    scratch = Scratch.for_contestant("5a" * 32, root=Path(request.config.cache.mkdir("qrbench-sandbox")))
+    The scratch lives in pytest's cache, so compile caches make later runs faster, as in real use
+    (in a temporary folder under ``-p no:cacheprovider``)."""
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("qrbench-sandbox")) if cache is not None else tmp_path
+    scratch = Scratch.for_contestant("5a" * 32, root=root)
     scratch.reset_tmp()
     env = worker_env(os.environ, scratch) | {"SCRATCH": str(scratch.path), "TRITON_INTERPRET": "1"}
     done = _python(HONEST, env, timeout=300)
