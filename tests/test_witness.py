@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from benchmarks import parent_clock_margin
+from evaluator.handover import HandoverArena
 from evaluator.measure.stats import Stats
 from evaluator.measure.timing import Measurement
 from evaluator.measure.witness import ParentClock
-from evaluator.remote import Allowance, copy_ns_per_byte
+from evaluator.remote import Allowance, RemoteExecutor, copy_ns_per_byte
 from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
 from evaluator.shapes import Case
 
@@ -116,3 +119,48 @@ def _timed_copy(dst: torch.Tensor, src: torch.Tensor) -> int:
     start = time.perf_counter_ns()
     dst.copy_(src)
     return time.perf_counter_ns() - start
+
+
+class _ScriptedWorker:
+    """A worker link whose timed repeats take scripted times on a clock the executor reads."""
+
+    def __init__(self, repeats_ns: list[float]) -> None:
+        self.now = 0
+        self._repeats: Iterator[float] = iter(repeats_ns)
+        self.timed = 0
+
+    def clock(self) -> int:
+        return self.now
+
+    def ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
+        if message["op"] == "timed":
+            self.now += int(next(self._repeats))
+            self.timed += 1
+        return {"event": expect, "elapsed_ns": 0.0, "tail_ns": 0.0}
+
+
+def _calibrated(repeats_ns: list[float]) -> tuple[Allowance, int]:
+    worker = _ScriptedWorker(repeats_ns)
+    executor = RemoteExecutor(worker, torch.device("cpu"), HandoverArena(torch.device("cpu")),  # type: ignore[arg-type]
+                              rules=True, clock=worker.clock)
+    return executor.calibrate(), worker.timed
+
+
+def test_a_burst_during_calibration_does_not_widen_the_allowance() -> None:
+    """A quarter of the first round's null repeats caught in a 50 ms stall: that round's 75th
+    percentile is the stall; the next two rounds agree on the quiet 0.1 ms, which is kept."""
+    burst = [100e3] * 8 + [50e6] * 4
+    null = burst + [100e3] * 24
+    busy = [300e3] * 24
+    allowance, timed = _calibrated(null + busy)
+    assert timed == len(null + busy)
+    assert allowance.fixed_ns == pytest.approx(2 * 100e3 + 10e6)
+    assert allowance.per_call_ns == pytest.approx(2 * (300e3 - 100e3) / 32)
+
+
+def test_a_sustained_load_is_calibrated_as_it_is() -> None:
+    """Honest hand-overs under a lasting load need its allowance: two rounds that agree settle it."""
+    allowance, timed = _calibrated([5e6] * 24 + [5.5e6] * 24)
+    assert timed == 48
+    assert allowance.fixed_ns == pytest.approx(2 * 5e6 + 10e6)
+    assert allowance.per_call_ns == pytest.approx(2 * 0.5e6 / 32)
