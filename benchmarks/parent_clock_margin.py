@@ -11,8 +11,11 @@ kernel the least share is how far the rule's share could rise on that machine be
 it, and the last column how far the allowance could shrink; a kernel that under-reports by a
 factor shows its shares scaled by that factor, so the last column, the timer's share over the
 median share, is the fraction of this kernel's claim below which a shaved claim is caught (in
-most repeats: the witness is the real work's either way). The table comes from the results as written, on
-any machine; each file's machine, versions, commit and date are printed under it.
+most repeats: the witness is the real work's either way). CPU runs also keep the worker's CPU
+time as the parent read it (:mod:`evaluator.measure.cpu_witness`): the last two columns give the
+least claim over that less its allowance, and the most of that allowance the worker's own
+bookkeeping took. The table comes from the results as written, on any machine; each file's
+machine, versions, commit and date are printed under it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from evaluator.hardening.guards import PARENT_CLOCK_SHARE
 from evaluator.results import ResultsError, RunResult, load_results
 
 HEADERS = ["file", "contestant", "stage", "case", "repeats compared", "median share", "5th pct share", "least share",
-           "median claim / witness", "unclaimed / allowance (median, most)", "caught below"]
+           "median claim / witness", "unclaimed / allowance (median, most)", "caught below",
+           "least CPU share", "CPU unclaimed / allowance (most)"]
 
 
 def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
@@ -46,8 +50,10 @@ def rows(path: Path, runs: Sequence[RunResult]) -> Iterator[list[object]]:
                 used = witnessed.unclaimed_over_allowance()
                 spent = f"{statistics.median(used):.3f}, {max(used):.3f}" if used else "-"
                 caught = f"{PARENT_CLOCK_SHARE[run.timer] / summary.median:.2f}" if summary else "-"
+                cpu_shares, cpu_used = witnessed.cpu_shares(), witnessed.cpu_unclaimed_over_allowance()
                 yield [path.name, run.contestant["name"], stage.name, case.case.label,
-                       summary.repeats if summary else 0, *shares, f"{bare:.3f}", spent, caught]
+                       summary.repeats if summary else 0, *shares, f"{bare:.3f}", spent, caught,
+                       f"{min(cpu_shares):.3f}" if cpu_shares else "-", f"{max(cpu_used):.3f}" if cpu_used else "-"]
 
 
 def measured_on(path: Path, runs: Sequence[RunResult]) -> str:

@@ -37,6 +37,7 @@ from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGo
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, Reader
 from evaluator.hardening.guards import rule_message
+from evaluator.measure.cpu_witness import MainThreadClock
 from evaluator.measure.ledger import Ledger
 from evaluator.measure.timing import L2Flush, Measurement, synchronize
 
@@ -70,6 +71,10 @@ _COPY_BYTES = {"cuda": 256 << 20, "cpu": 16 << 20}
 # percentile plus a floor (reports/h200/2026-12-01-drain-latency.md).
 _DRAIN_BUSY_CYCLES = 2_000_000
 _DRAIN_FLOOR_NS = 20e3
+# The CPU witness's allowance (CPU runs): twice the worker's calibrated CPU time per repeat and per
+# call, and its outputs' copy at the transposing rate, plus this floor for the run time a loaded
+# host's interrupts and cache misses add (docs/hardening.md, "A second witness on the CPU").
+_CPU_ALLOWANCE_FLOOR_NS = 1e6
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -219,10 +224,17 @@ class Allowance:
     input_ns_per_byte: float
     output_ns_per_byte: float
     drain_ns: float = 0.0
+    cpu_fixed_ns: float = 0.0
+    cpu_per_call_ns: float = 0.0
 
     def of(self, calls: int, input_bytes: int, output_bytes: int) -> float:
         return (self.fixed_ns + calls * self.per_call_ns + input_bytes * self.input_ns_per_byte
                 + output_bytes * self.output_ns_per_byte)
+
+    def cpu_of(self, calls: int, output_bytes: int) -> float:
+        """The worker's own CPU time in a repeat beside the kernel's: its bookkeeping and the
+        copy of the outputs into the parent's buffers (the parent writes the inputs itself)."""
+        return self.cpu_fixed_ns + calls * self.cpu_per_call_ns + output_bytes * self.output_ns_per_byte
 
 
 @functools.cache
@@ -256,17 +268,23 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _quietest(repeat: Callable[[], float]) -> float:
-    """The 75th percentile of ``_CALIBRATION_REPEATS`` calls of ``repeat``, from the quietest
-    round: rounds are measured until one agrees with the quietest before it within
-    ``_CALIBRATION_AGREEMENT`` (the quiet level seen twice), at most ``_CALIBRATION_ROUNDS``."""
-    least = math.inf
+def _quietest(repeat: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
+    """Per figure ``repeat`` returns, the 75th percentile of ``_CALIBRATION_REPEATS`` calls, from
+    the quietest round: rounds are measured until the first figure of one agrees with the
+    quietest before it within ``_CALIBRATION_AGREEMENT`` (the quiet level seen twice), at most
+    ``_CALIBRATION_ROUNDS``."""
+    least: tuple[float, ...] | None = None
     for _ in range(_CALIBRATION_ROUNDS):
-        latest = _quantile([repeat() for _ in range(_CALIBRATION_REPEATS)], 0.75)
-        agrees = latest <= _CALIBRATION_AGREEMENT * least and least <= _CALIBRATION_AGREEMENT * latest
-        least = min(least, latest)
+        figures = list(zip(*(repeat() for _ in range(_CALIBRATION_REPEATS)), strict=True))
+        latest = tuple(_quantile(f, 0.75) for f in figures)
+        if least is None:
+            least = latest
+            continue
+        agrees = latest[0] <= _CALIBRATION_AGREEMENT * least[0] and least[0] <= _CALIBRATION_AGREEMENT * latest[0]
+        least = tuple(map(min, least, latest))
         if agrees:
             break
+    assert least is not None
     return least
 
 
@@ -283,6 +301,7 @@ class RemoteExecutor:
         self.timer_kind = "cuda-events" if device.type == "cuda" else "cpu-clock"
         self._flush = L2Flush(device) if device.type == "cuda" else None
         self._clock = clock
+        self._cpu = MainThreadClock.of(link.proc.pid) if device.type == "cpu" else None
         self._ids = count()
         self.allowance: Allowance | None = None
 
@@ -295,17 +314,20 @@ class RemoteExecutor:
             return self._calibrate()
 
     def _calibrate(self) -> Allowance:
-        fixed = _quietest(lambda: self._witness(None, lambda: None, deliver=False)[1])
+        fixed, cpu_fixed = _quietest(lambda: self._witness(None, lambda: None, deliver=False).times)
         tiny = self.hand([torch.zeros(1, 4, 4, device=self.device)] * _CALIBRATION_INPUTS)
         try:
-            busy = _quietest(lambda: self._witness(tiny, lambda: None, deliver=True, builtin=True)[1])
+            busy, cpu_busy = _quietest(lambda: self._witness(tiny, lambda: None, deliver=True, builtin=True).times)
         finally:
             self.release(tiny)
         per_call = max(0.0, busy - fixed) / _CALIBRATION_INPUTS
+        cpu_per_call = max(0.0, cpu_busy - cpu_fixed) / _CALIBRATION_INPUTS
         floor = _ALLOWANCE_FLOOR_NS[self.device.type]
         plain, transposing = copy_ns_per_byte(self.device)
         self.allowance = Allowance(_ALLOWANCE_FACTOR * fixed + floor, _ALLOWANCE_FACTOR * per_call,
-                                   _COPY_FACTOR * plain, _COPY_FACTOR * transposing, self._drain_round_trip())
+                                   _COPY_FACTOR * plain, _COPY_FACTOR * transposing, self._drain_round_trip(),
+                                   _ALLOWANCE_FACTOR * cpu_fixed + _CPU_ALLOWANCE_FLOOR_NS,
+                                   _ALLOWANCE_FACTOR * cpu_per_call)
         return self.allowance
 
     def _drain_round_trip(self) -> float:
@@ -315,8 +337,8 @@ class RemoteExecutor:
             return 0.0
         one = self.hand([torch.zeros(1, 4, 4, device=self.device)])
         try:
-            tail = _quietest(lambda: _duration(self._witness(one, lambda: None, deliver=False, builtin=True,
-                                                             busy_cycles=_DRAIN_BUSY_CYCLES)[0], "tail_ns"))
+            (tail,) = _quietest(lambda: (_duration(self._witness(one, lambda: None, deliver=False, builtin=True,
+                                                                 busy_cycles=_DRAIN_BUSY_CYCLES).reply, "tail_ns"),))
         finally:
             self.release(one)
         return _ALLOWANCE_FACTOR * tail + _DRAIN_FLOOR_NS
@@ -368,7 +390,8 @@ class RemoteExecutor:
         return returned
 
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
-        reply, witness_ns, flush_ns = self._witness(handed, install, deliver)
+        witnessed = self._witness(handed, install, deliver)
+        reply = witnessed.reply
         binding = _binding(handed)
         with self.ledger.timing("check"):
             outputs = self._timed_outputs(reply, binding) if deliver else []
@@ -380,11 +403,14 @@ class RemoteExecutor:
         # host's own round trip through the drain (work left on other streams counts).
         elapsed_ns = _duration(reply, "elapsed_ns") + max(0.0, tail_ns - self.allowance.drain_ns)
         allowance_ns = self.allowance.of(len(handed.tensors), input_bytes, output_bytes)
-        measurement = Measurement(elapsed_ns, tail_ns, witness_ns, allowance_ns, self.allowance.drain_ns)
+        cpu_allowance_ns = self.allowance.cpu_of(len(handed.tensors), output_bytes)
+        witness_ns = witnessed.wall_ns
+        measurement = Measurement(elapsed_ns, tail_ns, witness_ns, allowance_ns, self.allowance.drain_ns,
+                                  witnessed.cpu_ns, cpu_allowance_ns)
         kernel_ns = min(measurement.elapsed_ns, witness_ns)
         self.ledger.add("kernel", kernel_ns / 1e9)
-        self.ledger.add("flush", flush_ns / 1e9)
-        self.ledger.add("handover", max(0.0, witness_ns - kernel_ns - flush_ns) / 1e9)
+        self.ledger.add("flush", witnessed.flush_ns / 1e9)
+        self.ledger.add("handover", max(0.0, witness_ns - kernel_ns - witnessed.flush_ns) / 1e9)
         return measurement, outputs
 
     def _timed_outputs(self, reply: dict[str, Any], binding: _Binding) -> list[Returned]:
@@ -411,10 +437,11 @@ class RemoteExecutor:
     # -- helpers ------------------------------------------------------------------------------
 
     def _witness(self, handed: Handed | None, install: Callable[[], None], deliver: bool,
-                 builtin: bool = False, busy_cycles: int = 0) -> tuple[dict[str, Any], float, float]:
+                 builtin: bool = False, busy_cycles: int = 0) -> _Witnessed:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
-        start to land (so work done ahead of the worker's clock counts) to the report. Returns
-        the reply, the witnessed time and the flush's share of it (ns)."""
+        start to land (so work done ahead of the worker's clock counts) to the report; on a CPU
+        also the run time of the worker's main thread from the command to the report (it waits
+        for its commands asleep there, so none of that wait is counted)."""
         synchronize()  # the parent's own queued work (making the inputs, checking) is not the worker's
         start = self._clock()
         install()
@@ -425,9 +452,22 @@ class RemoteExecutor:
             synchronize()
             flush_ns = float(self._clock() - flush_start)
         token = None if handed is None else _binding(handed).token
+        cpu_before = self._cpu_now()
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
                                "busy_cycles": busy_cycles, "rules": self.rules}, "timed")
-        return reply, float(self._clock() - start), flush_ns
+        wall_ns = float(self._clock() - start)
+        cpu_after = self._cpu_now()
+        cpu_ns = None if cpu_before is None or cpu_after is None else float(cpu_after - cpu_before)
+        return _Witnessed(reply, wall_ns, flush_ns, cpu_ns)
+
+    def _cpu_now(self) -> int | None:
+        """The worker's main-thread run time so far; None off the CPU, or once it cannot be read."""
+        if self._cpu is None:
+            return None
+        try:
+            return self._cpu.read()
+        except (OSError, ValueError, IndexError):
+            return None
 
     def _returned(self, form: Any, buffers: tuple[torch.Tensor, torch.Tensor]) -> Returned:
         if not isinstance(form, dict):
@@ -445,6 +485,22 @@ def _duration(reply: dict[str, Any], key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise WorkerGone("fail", rule_message("result-channel", f"the worker reported {key} = {value!r}"))
     return float(value)
+
+
+@dataclass(frozen=True)
+class _Witnessed:
+    """One repeat as the parent saw it (ns): the worker's reply, the wall-clock witness, the
+    parent's flush within it, and the worker's CPU time (None off the CPU or where unreadable)."""
+
+    reply: dict[str, Any]
+    wall_ns: float
+    flush_ns: float
+    cpu_ns: float | None
+
+    @property
+    def times(self) -> tuple[float, float]:
+        """The witnesses calibration measures: wall and CPU (zero where there is no CPU witness)."""
+        return self.wall_ns, self.cpu_ns or 0.0
 
 
 @dataclass

@@ -282,6 +282,23 @@ def test_parent_clock_rule(claims_ns: tuple[float, ...], share: float, flagged: 
     assert problem is None or problem.startswith("[rule parent-clock]")
 
 
+@pytest.mark.parametrize(("claims_ns", "cpu_ns", "flagged"), [
+    ((1.0e6,) * 8, 1.0e6, False),   # honest: the main thread ran no longer than the claim and its bookkeeping
+    ((0.3e6,) * 8, 1.0e6, True),    # within the wall clock's allowance, not within the CPU time spent
+    ((0.3e6,) * 8, 0.4e6, False),   # CPU time within its own allowance: not judged by it
+    ((0.3e6,) * 8, None, False),    # no CPU witness (a GPU, or a host whose /proc cannot be read)
+])
+def test_parent_clock_judges_claims_by_the_workers_cpu_time_too(claims_ns: tuple[float, ...],
+                                                                  cpu_ns: float | None, flagged: bool) -> None:
+    """A loaded CPU host stretches the wall-clock witness (allowance 10 ms here), never the CPU
+    time the worker was given: a claim short of that, less the worker's bookkeeping, is caught."""
+    repeats = [Measurement(c, 0.0, witness_ns=5e6, allowance_ns=10e6, cpu_witness_ns=cpu_ns, cpu_allowance_ns=0.5e6)
+               for c in claims_ns]
+    problem = guards.parent_clock_problem(repeats, 0.95)
+    assert (problem is not None) == flagged
+    assert problem is None or "us of CPU time" in problem
+
+
 def test_parent_clock_ignores_unwitnessed_repeats() -> None:
     """In-process (compat, tests) there is no parent clock: nothing to judge."""
     assert guards.parent_clock_problem([Measurement(1.0)] * 8, 0.95) is None

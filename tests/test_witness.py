@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -63,10 +65,13 @@ def _run(witnessed: ParentClock | None) -> RunResult:
 
 
 def test_the_witnesses_round_trip_and_a_version_2_file_has_none(tmp_path: Path) -> None:
+    for witnessed in (ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)),
+                      ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0), (75.0, 85.0), (10.0, 10.0))):
+        write_results(tmp_path / "r.json", [_run(witnessed)])
+        (loaded,) = load_results(tmp_path / "r.json")
+        assert loaded.stages[0].cases[0].parent_clock == witnessed
     run = _run(ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)))
     write_results(tmp_path / "r.json", [run])
-    (loaded,) = load_results(tmp_path / "r.json")
-    assert loaded.stages[0].cases[0].parent_clock == run.stages[0].cases[0].parent_clock
 
     doc = json.loads((tmp_path / "r.json").read_text())
     doc["schema_version"] = 2
@@ -83,14 +88,20 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714",
-                                                                        "1.500, 1.500", "1.08"]
+                                                                        "1.500, 1.500", "1.08", "-", "-"]
     assert "r.json: cuda, driver -, torch -" in out  # where it was measured, as far as the file says
 
     write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
     assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714", "0.150, 0.150",
-                                                                        "-"]
+                                                                        "-", "-", "-"]
+
+    cpu = ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0), (90.0, 85.0), (40.0, 10.0))
+    write_results(tmp_path / "cpu.json", [_run(cpu)])
+    assert parent_clock_margin.main([str(tmp_path / "cpu.json")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
+    assert [cell.strip() for cell in row.strip("|").split("|")][-2:] == ["1.067", "0.5"]
 
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
@@ -128,6 +139,7 @@ class _ScriptedWorker:
         self.now = 0
         self._repeats: Iterator[float] = iter(repeats_ns)
         self.timed = 0
+        self.proc = SimpleNamespace(pid=os.getpid())  # a CPU witness of this process: not under test here
 
     def clock(self) -> int:
         return self.now

@@ -55,13 +55,18 @@ class Measurement:
     of that the parent measured before the kernel was imported (rule ``parent-clock``); both
     are unset where the kernel runs in the evaluator's own process. ``drain_allowance_ns`` is
     the host's round trip through the drain that the parent calibrated, which a tail must
-    exceed to count as work left behind (rule ``device-drain``)."""
+    exceed to count as work left behind (rule ``device-drain``). On a CPU ``cpu_witness_ns`` is
+    the run time the parent read the worker's main thread get during the repeat
+    (:mod:`evaluator.measure.cpu_witness`) and ``cpu_allowance_ns`` its bookkeeping's share of
+    that; unset elsewhere."""
 
     elapsed_ns: float
     tail_ns: float = 0.0
     witness_ns: float | None = None
     allowance_ns: float = 0.0
     drain_allowance_ns: float = 0.0
+    cpu_witness_ns: float | None = None
+    cpu_allowance_ns: float = 0.0
 
 
 class Timer(Protocol):

@@ -35,30 +35,50 @@ class ShareSummary:
 @dataclass(frozen=True)
 class ParentClock:
     """Per timed repeat of one case: the worker's claim, the parent's witness and the
-    hand-over allowance, in ns (all the repeat's calls together)."""
+    hand-over allowance, in ns (all the repeat's calls together); on a CPU also the run time of
+    the worker's main thread as the parent read it and its bookkeeping's allowance (empty elsewhere)."""
 
     claimed_ns: tuple[float, ...]
     witness_ns: tuple[float, ...]
     allowance_ns: tuple[float, ...]
+    cpu_witness_ns: tuple[float, ...] = ()
+    cpu_allowance_ns: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.claimed_ns) == len(self.witness_ns) == len(self.allowance_ns):
             raise ValueError("claims, witnesses and allowances must be given per repeat")
+        if self.cpu_witness_ns and not len(self.cpu_witness_ns) == len(self.cpu_allowance_ns) == len(self.claimed_ns):
+            raise ValueError("CPU witnesses and allowances must be given per repeat")
 
     @classmethod
     def of(cls, measurements: Sequence[Measurement]) -> ParentClock | None:
         """The witnessed repeats of ``measurements``; None when the kernel ran in the
         evaluator's own process (``--compat``), where nothing witnesses it."""
-        witnessed = [(m.elapsed_ns, m.witness_ns, m.allowance_ns) for m in measurements if m.witness_ns is not None]
+        witnessed = [m for m in measurements if m.witness_ns is not None]
         if not witnessed:
             return None
-        claimed, witness, allowance = zip(*witnessed, strict=True)
-        return cls(claimed, witness, allowance)
+        clock = cls(tuple(m.elapsed_ns for m in witnessed), tuple(m.witness_ns for m in witnessed),
+                    tuple(m.allowance_ns for m in witnessed))
+        if all(m.cpu_witness_ns is not None for m in witnessed):
+            clock = cls(clock.claimed_ns, clock.witness_ns, clock.allowance_ns,
+                        tuple(m.cpu_witness_ns for m in witnessed), tuple(m.cpu_allowance_ns for m in witnessed))
+        return clock
 
     def shares(self) -> list[float]:
         """Each repeat's claim over its witness less its allowance, where that is positive."""
         return [c / (w - a) for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
                 if w > a]
+
+    def cpu_shares(self) -> list[float]:
+        """Each repeat's claim over its main-thread CPU time less its allowance, where that is positive."""
+        cpu = zip(self.claimed_ns, self.cpu_witness_ns, self.cpu_allowance_ns, strict=False)  # empty off the CPU
+        return [c / (w - a) for c, w, a in cpu if w > a]
+
+    def cpu_unclaimed_over_allowance(self) -> list[float]:
+        """Each repeat's CPU time less its claim over its CPU allowance: for an honest kernel, how
+        much of that allowance the worker's own bookkeeping really took (at most 1)."""
+        cpu = zip(self.claimed_ns, self.cpu_witness_ns, self.cpu_allowance_ns, strict=False)
+        return [(w - c) / a for c, w, a in cpu if a > 0]
 
     def over_witness(self) -> list[float]:
         """Each repeat's claim over its bare witness: at most 1 for a claim the witness contains."""
@@ -78,10 +98,14 @@ class ParentClock:
         return ShareSummary(len(shares), statistics.median(shares), shares[int(0.05 * (len(shares) - 1))], shares[0])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"claimed_ns": list(self.claimed_ns), "witness_ns": list(self.witness_ns),
+        data = {"claimed_ns": list(self.claimed_ns), "witness_ns": list(self.witness_ns),
                 "allowance_ns": list(self.allowance_ns)}
+        if self.cpu_witness_ns:
+            data |= {"cpu_witness_ns": list(self.cpu_witness_ns), "cpu_allowance_ns": list(self.cpu_allowance_ns)}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ParentClock:
         return cls(tuple(map(float, data["claimed_ns"])), tuple(map(float, data["witness_ns"])),
-                   tuple(map(float, data["allowance_ns"])))
+                   tuple(map(float, data["allowance_ns"])), tuple(map(float, data.get("cpu_witness_ns", ()))),
+                   tuple(map(float, data.get("cpu_allowance_ns", ()))))
