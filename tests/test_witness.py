@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import torch
 
 from benchmarks import parent_clock_margin
 from evaluator.handover import HandoverArena
+from evaluator.measure.cpu_witness import MainThreadClock
 from evaluator.measure.stats import Stats
 from evaluator.measure.timing import Measurement
 from evaluator.measure.witness import ParentClock
@@ -176,3 +179,26 @@ def test_a_sustained_load_is_calibrated_as_it_is() -> None:
     assert timed == 48
     assert allowance.fixed_ns == pytest.approx(2 * 5e6 + 10e6)
     assert allowance.per_call_ns == pytest.approx(2 * 0.5e6 / 32)
+
+
+def test_the_main_threads_run_time_counts_work_and_not_waiting() -> None:
+    """The CPU witness reads what the thread ran, in ns, not how long it waited: 50 ms asleep
+    adds almost nothing, 50 ms of work by the thread's own CPU clock adds that."""
+    clock = MainThreadClock.of(os.getpid())
+    if clock is None:
+        pytest.skip("this host's /proc gives no scheduler statistics")
+    before = clock.read()
+    time.sleep(0.05)
+    slept = clock.read() - before
+    start = time.thread_time()
+    while time.thread_time() - start < 0.05:
+        pass
+    worked = clock.read() - before - slept
+    assert slept < 10e6
+    assert 45e6 < worked < 100e6
+
+
+def test_a_process_that_is_gone_has_no_cpu_witness() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert MainThreadClock.of(gone.pid) is None
