@@ -226,7 +226,7 @@ def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptio
     """The parent's side of a hardened worker that is ready: the hand-over allowance measured, the
     kernel imported, and the harness the protocol runs over (every rule on)."""
     device = torch.device(options.device)
-    floor = _floor(device) if device.type == "cuda" else None  # measured before any kernel runs here
+    floor = _floor(device)  # measured before any kernel runs here
     sampler = clock_sampler(device)
     executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()

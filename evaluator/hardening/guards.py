@@ -10,6 +10,8 @@ worker's audit hook and the parent's checks around each worker (:mod:`evaluator.
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -284,36 +286,77 @@ class PhysicalFloor:
         if mean_ns < floor:
             return rule_message(
                 "physical-floor",
-                f"mean {mean_ns / 1e3:.1f} us is below the physical floor of {floor / 1e3:.1f} us "
+                f"mean {_ns_text(mean_ns)} is below the physical floor of {_ns_text(floor)} "
                 f"for this case on this device (implausible)",
             )
         return None
 
     @classmethod
     def measure(cls, device: torch.device) -> PhysicalFloor:
-        """Measure copy bandwidth and bf16 product rate on ``device`` (about 0.2 s).
+        """Measure copy bandwidth and a matrix product's rate on ``device`` (well under a second).
 
         Run before any kernel is imported. Lower precision is allowed inside a kernel, so the
-        arithmetic ceiling is four times the bf16 rate (FP4 products where a device has them).
+        arithmetic ceiling is a multiple of the measured rate: on a GPU four times the bf16 rate
+        (FP4 products where a device has them), with a copy past the L2. On a CPU see
+        :meth:`_measure_host`.
         """
-        src = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device=device)
+        if device.type != "cuda":
+            return cls._measure_host()
+        src = torch.empty(256 << 20, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
         a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
         b = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
-
-        def best_s(fn: Callable[[], object], reps: int = 5) -> float:
-            times = []
-            for _ in range(reps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            return min(times)
-
         dst.copy_(src)
         a @ b
-        copy_s = best_s(lambda: dst.copy_(src))
-        gemm_s = best_s(lambda: a @ b)
+        copy_s = _best_cuda_s(lambda: dst.copy_(src))
+        gemm_s = _best_cuda_s(lambda: a @ b)
         return cls(bytes_per_s=2 * src.numel() / copy_s, flops_per_s=4 * 2 * 4096**3 / gemm_s)
+
+    @classmethod
+    def _measure_host(cls) -> PhysicalFloor:
+        """A CPU's ceilings, from one thread times every CPU of the host: a parallel copy or
+        product on a loaded host waits for its slowest thread's turn (a 1 MB copy took 7.7 ms
+        instead of 17 us beside a test suite on two cores), which would raise the floor past
+        honest kernels. The copy stays in the cache (a CPU run flushes nothing between repeats);
+        the product is FP32, counted 32 times over (int8 matrix units such as AMX run up to 32
+        times a core's FP32 vector rate)."""
+        cpus = os.cpu_count() or 1
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            src = torch.empty(1 << 20, dtype=torch.uint8)
+            dst = torch.empty_like(src)
+            a, b = torch.randn(512, 512), torch.randn(512, 512)
+            dst.copy_(src)
+            a @ b
+            copy_s = _best_host_s(lambda: dst.copy_(src))
+            gemm_s = _best_host_s(lambda: a @ b)
+        finally:
+            torch.set_num_threads(threads)
+        return cls(bytes_per_s=cpus * 2 * src.numel() / copy_s, flops_per_s=cpus * 32 * 2 * 512**3 / gemm_s)
+
+
+def _ns_text(ns: float) -> str:
+    """A duration readable at any scale: a cached answer's mean can be a nanosecond."""
+    return f"{ns:.1f} ns" if ns < 1e3 else f"{ns / 1e3:.1f} us"
+
+
+def _best_cuda_s(fn: Callable[[], object], reps: int = 5) -> float:
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return min(times)
+
+
+def _best_host_s(fn: Callable[[], object], reps: int = 9) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return max(min(times), 1e-9)
