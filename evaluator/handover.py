@@ -107,6 +107,11 @@ class HandoverArena:
             self._folder = Path(tempfile.mkdtemp(prefix="qrbench-handover-"))
         return self._folder
 
+    @property
+    def folder(self) -> Path | None:
+        """Where CPU buffers live as files (the worker opens them for writing); None on CUDA."""
+        return None if self._pool is not None else self._cpu_folder()
+
     def close(self) -> None:
         self._free.clear()
         if self._folder is not None:

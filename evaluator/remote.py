@@ -349,7 +349,9 @@ class RemoteExecutor:
         """Import the kernel in the worker (its sandbox closes first); a kernel that cannot be
         loaded ends the stage with the worker's message."""
         with self.ledger.timing("load"):
-            self.link.ask({"op": "load", "contestant": contestant}, "loaded")
+            handover = self.arena.folder
+            self.link.ask({"op": "load", "contestant": contestant,
+                           "handover": str(handover) if handover else None}, "loaded")
 
     def axes(self) -> dict[str, Any]:
         """The loaded kernel's plan axes, or the ``problem`` with them, as the worker reads them

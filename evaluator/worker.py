@@ -119,7 +119,10 @@ class _Server:
             self.out.send(reply)
 
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
-        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None)
+        handover = message.get("handover")
+        self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None,
+                                             Path(handover) if handover else None,
+                                             os_writes=self.device.type == "cpu")
         # Only now, after calibration and behind the sandbox, may the submission's folder shadow
         # a module the worker imports; it stays on the path for the kernel's lazy imports.
         self.modules.enter_context(contest_modules(self.folder))

@@ -32,6 +32,7 @@ from evaluator.hardening.sandbox import (
     worker_env,
 )
 from evaluator.hardening.sandbox.children import children
+from evaluator.hardening.sandbox.landlock import landlock_abi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's")
 
@@ -428,3 +429,42 @@ def test_no_bytecode_holds_only_inside() -> None:
     with no_bytecode():
         assert sys.dont_write_bytecode
     assert sys.dont_write_bytecode == before
+
+
+_LANDLOCKED = """
+import ctypes, os, subprocess, sys
+from pathlib import Path
+from evaluator.hardening.sandbox.landlock import restrict_writes
+ok, out = Path(sys.argv[1]), Path(sys.argv[2])
+assert restrict_writes([ok], [Path("/dev/null")])
+(ok / "python.txt").write_text("x")
+for attempt in ("python", "libc", "child"):
+    try:
+        if attempt == "python":
+            (out / "python.txt").write_text("x")
+        elif attempt == "libc":
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.open(str(out / "libc.txt").encode(), os.O_WRONLY | os.O_CREAT, 0o644) < 0:
+                raise PermissionError(ctypes.get_errno(), "libc")
+        else:
+            subprocess.run(["sh", "-c", f"echo x > {out / 'child.txt'}"], check=True, capture_output=True)
+        print(attempt, "wrote")
+    except (PermissionError, subprocess.CalledProcessError):
+        print(attempt, "refused")
+with open("/dev/null", "w") as null:
+    null.write("x")
+print(open("/etc/hostname").read() is not None)
+"""
+
+
+@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock")
+def test_landlock_refuses_writes_outside_the_folders_to_python_libc_and_children(tmp_path: Path) -> None:
+    ok, out = tmp_path / "ok", tmp_path / "out"
+    ok.mkdir()
+    out.mkdir()
+    done = subprocess.run([sys.executable, "-c", _LANDLOCKED, str(ok), str(out)], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["python", "refused", "libc", "refused", "child", "refused", "True"]
+    assert (ok / "python.txt").exists()
+    assert not any(out.iterdir())

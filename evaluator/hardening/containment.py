@@ -8,7 +8,8 @@ left behind, and no bytecode written by the parent meanwhile; after the worker i
 bytecode and changed files in other contestants' caches are removed (both regenerate) and
 everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
 the evaluator's own imports and just before the kernel's: non-dumpable itself, the audit hook,
-and (both modes, CPU and CUDA runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`).
+and (both modes, CPU and CUDA runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`); on a
+CPU run also writes outside its own folders refused by the operating system (Landlock).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from evaluator.hardening.sandbox import (
     set_dumpable,
     worker_env,
 )
+from evaluator.hardening.sandbox.landlock import restrict_writes
 from evaluator.hardening.sandbox.prctl import AVAILABLE as PRCTL_AVAILABLE
 from reference.checker import prepare
 
@@ -166,8 +168,18 @@ def close_other_processes() -> None:
                            "the parent through /proc; run qrbench where a process may drop its own capabilities")
 
 
-def enter_worker_sandbox(scratch: Path | None) -> Callable[[], tuple[str, ...]]:
-    """Close the worker before the kernel is imported; returns the audit hook's refusals."""
+def enter_worker_sandbox(scratch: Path | None, handover: Path | None = None,
+                         os_writes: bool = False) -> Callable[[], tuple[str, ...]]:
+    """Close the worker before the kernel is imported; returns the audit hook's refusals.
+
+    With ``os_writes`` the operating system also refuses writes outside the scratch directory,
+    ``/dev/shm``, ``/dev/null`` and the parent's ``handover`` folder (whose files the worker
+    opens for each case), to ``ctypes`` and subprocesses too (:mod:`.sandbox.landlock`, where the
+    kernel has Landlock). Only CPU runs ask for it so far: no GPU run has shown which files the
+    CUDA driver opens for writing once a worker is running."""
     set_dumpable(False)
     close_other_processes()
-    return install_audit_hook([scratch] if scratch is not None else [])
+    roots = [scratch] if scratch is not None else []
+    if os_writes:
+        restrict_writes([*roots, Path("/dev/shm"), *([handover] if handover else [])], [Path("/dev/null")])
+    return install_audit_hook(roots)

@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple
 __all__ = ["Change", "FileState", "ProjectSnapshot", "no_bytecode", "project_paths"]
 
 REPO = Path(__file__).resolve().parents[3]
-PROJECT_TREES = ("evaluator", "reference", "reference_kernels", "shapes", "contestants")
+PROJECT_TREES = ("evaluator", "reference", "reference_kernels", "shapes", "contestants", "benchmarks", "tests")
 
 
 class FileState(NamedTuple):
@@ -56,7 +56,8 @@ class Change:
 
 
 def project_paths(repo: Path = REPO) -> list[Path]:
-    """The trees the evaluator reads: its code, the reference, the shipped kernels and shapes."""
+    """The trees the evaluator reads: its code, the reference, the shipped kernels and shapes,
+    and the benchmarks and tests that pytest imports (the pytest door runs the parent there)."""
     return [repo / name for name in PROJECT_TREES if (repo / name).exists()]
 
 
@@ -80,8 +81,10 @@ def _walk(root: Path, into: dict[Path, FileState], deep: bool) -> None:
 
 
 def _site_dirs() -> list[Path]:
-    """Where a planted ``.pth`` or ``sitecustomize.py`` would run in every later Python."""
-    return [Path(p) for p in site.getsitepackages()]
+    """Where a planted file would run in later Pythons: a ``.pth`` or ``sitecustomize.py`` in
+    site-packages (the user's too), and a module at the project's root, which is the current
+    directory, first on ``sys.path``, of every ``python -m`` run from it."""
+    return [*(Path(p) for p in site.getsitepackages()), Path(site.getusersitepackages()), REPO]
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class ProjectSnapshot:
     @classmethod
     def take(cls, trees: Iterable[Path] | None = None, files: Iterable[Path] = (),
              shallow: Iterable[Path] | None = None) -> ProjectSnapshot:
-        """Record now. Defaults: :func:`project_paths` and the site-packages directories."""
+        """Record now. Defaults: :func:`project_paths`, and the top of :func:`_site_dirs`."""
         snapshot = cls(
             tuple(project_paths() if trees is None else trees),
             tuple(_site_dirs() if shallow is None else shallow),

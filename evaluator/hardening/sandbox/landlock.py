@@ -1,0 +1,109 @@
+"""Writes outside a worker's own folders refused by the operating system (Linux Landlock).
+
+The audit hook (:mod:`.audit`) refuses writes outside the scratch directory to Python code only:
+``ctypes`` calling libc, or a program the kernel starts, is not subject to it, and the project
+snapshot (:mod:`.snapshot`) sees what such a write changed only after the stage, and only in
+the trees it watches. Landlock, a Linux security module open to unprivileged processes (Linux
+5.13 on), makes the kernel of the operating system refuse them: once :func:`restrict_writes`
+has run, this process and every process it starts may create, write, truncate, rename or
+remove files only beneath the given folders, whatever code asks. Reading and running files
+stay allowed, as do writes through descriptors opened before (the result channel, the pipes).
+
+Where Landlock is missing (an older kernel, a kernel built without it, another OS, gVisor),
+:func:`restrict_writes` changes nothing and says so; the audit hook and the snapshot remain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["landlock_abi", "restrict_writes"]
+
+# Linux's Landlock interface (include/uapi/linux/landlock.h); the same syscall numbers on every
+# architecture that has them.
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_WRITE_FILE = 1 << 1
+_REMOVE_DIR, _REMOVE_FILE = 1 << 4, 1 << 5
+_MAKE_CHAR, _MAKE_DIR, _MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = (1 << i for i in range(6, 13))
+_REFER = 1 << 13  # ABI 2
+_TRUNCATE = 1 << 14  # ABI 3
+_WRITES_ABI_1 = (_WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_CHAR | _MAKE_DIR | _MAKE_REG | _MAKE_SOCK
+                 | _MAKE_FIFO | _MAKE_BLOCK | _MAKE_SYM)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # the kernel's struct is packed
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers; 0 where there is none."""
+    try:
+        version = _libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0),
+                                  ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _writes(abi: int) -> int:
+    """Every access right that changes the file system, as far as ``abi`` knows them."""
+    return _WRITES_ABI_1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+
+
+def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool:
+    """Let this process and its descendants change the file system only beneath ``folders``
+    (and write ``files``, such as ``/dev/null``). Paths that do not exist are skipped. Returns
+    whether the restriction is in force (False where Landlock is missing)."""
+    abi = landlock_abi()
+    if abi < 1:
+        return False
+    libc = _libc()
+    handled = _writes(abi)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(_RulesetAttr(handled)),
+                           ctypes.c_size_t(ctypes.sizeof(_RulesetAttr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    try:
+        beneath = [(Path(f), handled) for f in folders] + [(Path(f), _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
+                                                            for f in files]
+        for path, access in beneath:
+            _allow(libc, int(ruleset), path, access)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(int(ruleset))
+
+
+def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if not path.is_dir():
+            access &= _WRITE_FILE | _TRUNCATE  # a file takes only the rights that act on a file
+        rule = _PathBeneathAttr(access, fd)
+        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                        ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+    finally:
+        os.close(fd)
