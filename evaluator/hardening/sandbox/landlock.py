@@ -84,8 +84,9 @@ def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool
     try:
         beneath = [(Path(f), handled) for f in folders] + [(Path(f), _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
                                                             for f in files]
-        for path, access in beneath:
-            _allow(libc, int(ruleset), path, access)
+        # A rule the kernel refuses would leave an allowed folder unwritable: restrict nothing then.
+        if not all(_allow(libc, int(ruleset), path, access) for path, access in beneath):
+            return False
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return False
         return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
@@ -93,17 +94,17 @@ def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool
         os.close(int(ruleset))
 
 
-def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, access: int) -> None:
+def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, access: int) -> bool:
+    """Add ``path`` to the ruleset; True if it was added or does not exist (nothing to allow)."""
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
-        return
+        return True
     try:
         if not path.is_dir():
             access &= _WRITE_FILE | _TRUNCATE  # a file takes only the rights that act on a file
         rule = _PathBeneathAttr(access, fd)
-        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
-                        ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+        return libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                            ctypes.byref(rule), ctypes.c_uint32(0)) == 0
     finally:
         os.close(fd)
