@@ -2,7 +2,8 @@
 
 Each module has one job: :mod:`.prctl` (Linux process switches), :mod:`.children` (kill what a
 stage left running), :mod:`.scratch` (the worker's only writable directory and environment),
-:mod:`.audit` (the worker's audit hook), :mod:`.snapshot` (what a stage changed in the project).
+:mod:`.audit` (the worker's audit hook), :mod:`.landlock` (writes outside the worker's folders
+refused by the operating system, on CPU runs), :mod:`.snapshot` (what a stage changed in the project).
 
 The parent, around each stage::
 
@@ -14,7 +15,9 @@ The parent, around each stage::
 
 The worker, after its own imports and before the kernel's::
 
-    set_dumpable(False); drop_ptrace_capability(); refusals = install_audit_hook([scratch_dir])
+    set_dumpable(False); drop_ptrace_capability()
+    restrict_writes([scratch_dir, Path("/dev/shm"), handover_folder], [Path("/dev/null")])  # CPU runs
+    refusals = install_audit_hook([scratch_dir])
 """
 
 from evaluator.hardening.sandbox.audit import EXIT_UNREPORTED, RULE, install_audit_hook
