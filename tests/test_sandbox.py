@@ -468,3 +468,33 @@ def test_landlock_refuses_writes_outside_the_folders_to_python_libc_and_children
     assert done.stdout.split() == ["python", "refused", "libc", "refused", "child", "refused", "True"]
     assert (ok / "python.txt").exists()
     assert not any(out.iterdir())
+
+
+_SCOPED = """
+import os, signal, subprocess, sys
+from evaluator.hardening.sandbox.landlock import scope_signals
+outside = int(sys.argv[1])
+assert scope_signals()
+for target, name in ((outside, "outside"), (os.getppid(), "parent")):
+    try:
+        os.kill(target, signal.SIGCONT)
+        print(name, "signalled")
+    except PermissionError:
+        print(name, "refused")
+own = subprocess.Popen(["sleep", "30"])
+own.terminate()
+print("own child", own.wait())
+"""
+
+
+@pytest.mark.skipif(landlock_abi() < 6, reason="this kernel cannot scope signals (Landlock ABI 6)")
+def test_a_scoped_process_signals_only_what_it_started() -> None:
+    outside = subprocess.Popen(["sleep", "30"])
+    try:
+        done = subprocess.run([sys.executable, "-c", _SCOPED, str(outside.pid)], capture_output=True, text=True,
+                              check=False)
+    finally:
+        outside.kill()
+        outside.wait()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["outside refused", "parent refused", f"own child {-signal.SIGTERM}"]

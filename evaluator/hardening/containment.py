@@ -39,7 +39,7 @@ from evaluator.hardening.sandbox import (
     set_dumpable,
     worker_env,
 )
-from evaluator.hardening.sandbox.landlock import restrict_writes
+from evaluator.hardening.sandbox.landlock import restrict_writes, scope_signals
 from evaluator.hardening.sandbox.prctl import AVAILABLE as PRCTL_AVAILABLE
 from reference.checker import prepare
 
@@ -172,13 +172,16 @@ def enter_worker_sandbox(scratch: Path | None, handover: Path | None = None,
                          os_writes: bool = False) -> Callable[[], tuple[str, ...]]:
     """Close the worker before the kernel is imported; returns the audit hook's refusals.
 
-    With ``os_writes`` the operating system also refuses writes outside the scratch directory,
-    ``/dev/shm``, ``/dev/null`` and the parent's ``handover`` folder (whose files the worker
-    opens for each case), to ``ctypes`` and subprocesses too (:mod:`.sandbox.landlock`, where the
-    kernel has Landlock). Only CPU runs ask for it so far: no GPU run has shown which files the
-    CUDA driver opens for writing once a worker is running."""
+    Where the kernel has Landlock (:mod:`.sandbox.landlock`) the worker may then signal only
+    what it starts (not the parent, a spare, or a paired comparison's other worker), whatever
+    code asks. With ``os_writes`` the operating system also refuses writes outside the scratch
+    directory, ``/dev/shm``, ``/dev/null`` and the parent's ``handover`` folder (whose files the
+    worker opens for each case), to ``ctypes`` and subprocesses too. Only CPU runs ask for that
+    so far: no GPU run has shown which files the CUDA driver opens for writing once a worker is
+    running."""
     set_dumpable(False)
     close_other_processes()
+    scope_signals()
     roots = [scratch] if scratch is not None else []
     if os_writes:
         restrict_writes([*roots, Path("/dev/shm"), *([handover] if handover else [])], [Path("/dev/null")])

@@ -1,4 +1,5 @@
-"""Writes outside a worker's own folders refused by the operating system (Linux Landlock).
+"""Writes outside a worker's own folders, and signals to processes outside it, refused by the
+operating system (Linux Landlock).
 
 The audit hook (:mod:`.audit`) refuses writes outside the scratch directory to Python code only:
 ``ctypes`` calling libc, or a program the kernel starts, is not subject to it, and the project
@@ -9,8 +10,14 @@ has run, this process and every process it starts may create, write, truncate, r
 remove files only beneath the given folders, whatever code asks. Reading and running files
 stay allowed, as do writes through descriptors opened before (the result channel, the pipes).
 
-Where Landlock is missing (an older kernel, a kernel built without it, another OS, gVisor),
-:func:`restrict_writes` changes nothing and says so; the audit hook and the snapshot remain.
+The audit hook also refuses ``os.kill`` aimed at a process the worker did not start, and
+``ctypes`` passes it the same way: a kernel could stop the parent, a spare worker waiting for a
+later stage, or the other contestant's worker of a paired comparison while it is timed. After
+:func:`scope_signals` (Landlock ABI 6, Linux 6.12 on) the worker and what it starts may signal
+only processes they started themselves.
+
+Where Landlock is missing (an older kernel, a kernel built without it, another OS, gVisor), both
+functions change nothing and say so; the audit hook, the snapshot and the sweep remain.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["landlock_abi", "restrict_writes"]
+__all__ = ["landlock_abi", "restrict_writes", "scope_signals"]
 
 # Linux's Landlock interface (include/uapi/linux/landlock.h); the same syscall numbers on every
 # architecture that has them.
@@ -34,12 +41,18 @@ _REMOVE_DIR, _REMOVE_FILE = 1 << 4, 1 << 5
 _MAKE_CHAR, _MAKE_DIR, _MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = (1 << i for i in range(6, 13))
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
 _WRITES_ABI_1 = (_WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_CHAR | _MAKE_DIR | _MAKE_REG | _MAKE_SOCK
                  | _MAKE_FIFO | _MAKE_BLOCK | _MAKE_SYM)
 
 
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _ScopedRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -87,11 +100,32 @@ def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool
         # A rule the kernel refuses would leave an allowed folder unwritable: restrict nothing then.
         if not all(_allow(libc, int(ruleset), path, access) for path, access in beneath):
             return False
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False
-        return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+        return _restrict_self(libc, int(ruleset))
     finally:
         os.close(int(ruleset))
+
+
+def scope_signals() -> bool:
+    """Let this process and its descendants signal only processes in their own Landlock domain
+    (themselves and what they start). Returns whether that is in force (ABI 6 on)."""
+    if landlock_abi() < 6:
+        return False
+    libc = _libc()
+    attr = _ScopedRulesetAttr(0, 0, _SCOPE_SIGNAL)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    try:
+        return _restrict_self(libc, int(ruleset))
+    finally:
+        os.close(int(ruleset))
+
+
+def _restrict_self(libc: ctypes.CDLL, ruleset: int) -> bool:
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
 
 
 def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, access: int) -> bool:
