@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from evaluator.hardening.sandbox.landlock import landlock_abi
+
 __all__ = ["fingerprint", "git_state", "gpu_key"]
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +90,8 @@ def fingerprint(device: torch.device | str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "triton": _version("triton"),
         "numpy": _version("numpy"),
+        # 0: the OS refuses no write or signal of a worker's own (docs/hardening.md, Landlock)
+        "landlock_abi": landlock_abi(),
         **git_state(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
