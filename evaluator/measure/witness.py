@@ -57,12 +57,11 @@ class ParentClock:
         witnessed = [m for m in measurements if m.witness_ns is not None]
         if not witnessed:
             return None
-        clock = cls(tuple(m.elapsed_ns for m in witnessed), tuple(m.witness_ns for m in witnessed),
-                    tuple(m.allowance_ns for m in witnessed))
-        if all(m.cpu_witness_ns is not None for m in witnessed):
-            clock = cls(clock.claimed_ns, clock.witness_ns, clock.allowance_ns,
-                        tuple(m.cpu_witness_ns for m in witnessed), tuple(m.cpu_allowance_ns for m in witnessed))
-        return clock
+        cpu = all(m.cpu_witness_ns is not None for m in witnessed)
+        return cls(tuple(m.elapsed_ns for m in witnessed), tuple(m.witness_ns for m in witnessed),
+                   tuple(m.allowance_ns for m in witnessed),
+                   tuple(m.cpu_witness_ns for m in witnessed) if cpu else (),
+                   tuple(m.cpu_allowance_ns for m in witnessed) if cpu else ())
 
     def shares(self) -> list[float]:
         """Each repeat's claim over its witness less its allowance, where that is positive."""

@@ -88,44 +88,35 @@ def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool
     abi = landlock_abi()
     if abi < 1:
         return False
-    libc = _libc()
     handled = _writes(abi)
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(_RulesetAttr(handled)),
-                           ctypes.c_size_t(ctypes.sizeof(_RulesetAttr)), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return False
-    try:
-        beneath = [(Path(f), handled) for f in folders] + [(Path(f), _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
-                                                            for f in files]
-        # A rule the kernel refuses would leave an allowed folder unwritable: restrict nothing then.
-        if not all(_allow(libc, int(ruleset), path, access) for path, access in beneath):
-            return False
-        return _restrict_self(libc, int(ruleset))
-    finally:
-        os.close(int(ruleset))
+    beneath = [(Path(f), handled) for f in folders] + [(Path(f), _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
+                                                        for f in files]
+    return _enforce(_RulesetAttr(handled), beneath)
 
 
 def scope_signals() -> bool:
     """Let this process and its descendants signal only processes in their own Landlock domain
     (themselves and what they start). Returns whether that is in force (ABI 6 on)."""
-    if landlock_abi() < 6:
-        return False
+    return landlock_abi() >= 6 and _enforce(_ScopedRulesetAttr(0, 0, _SCOPE_SIGNAL), [])
+
+
+def _enforce(attr: ctypes.Structure, beneath: list[tuple[Path, int]]) -> bool:
+    """Create a ruleset from ``attr``, allow writes ``beneath`` its paths, and restrict this
+    process to it; False (and nothing restricted) wherever the kernel refuses a step, since a
+    refused rule would leave an allowed folder unwritable."""
     libc = _libc()
-    attr = _ScopedRulesetAttr(0, 0, _SCOPE_SIGNAL)
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
     if ruleset < 0:
         return False
     try:
-        return _restrict_self(libc, int(ruleset))
+        if not all(_allow(libc, int(ruleset), path, access) for path, access in beneath):
+            return False
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
     finally:
         os.close(int(ruleset))
-
-
-def _restrict_self(libc: ctypes.CDLL, ruleset: int) -> bool:
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return False
-    return libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
 
 
 def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, access: int) -> bool:
