@@ -120,9 +120,11 @@ class _Server:
 
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
         handover = message.get("handover")
+        if self.device.type == "cuda":  # the CUDA context opens the device files: before the write boundary
+            torch.cuda.init()
+            torch.empty(1, device=self.device)
         self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None,
-                                             Path(handover) if handover else None,
-                                             os_writes=self.device.type == "cpu")
+                                             Path(handover) if handover else None)
         # Only now, after calibration and behind the sandbox, may the submission's folder shadow
         # a module the worker imports; it stays on the path for the kernel's lazy imports.
         self.modules.enter_context(contest_modules(self.folder))

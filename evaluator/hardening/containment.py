@@ -8,8 +8,9 @@ left behind, and no bytecode written by the parent meanwhile; after the worker i
 bytecode and changed files in other contestants' caches are removed (both regenerate) and
 everything found is named (rule ``sandbox``). The worker (:func:`enter_worker_sandbox`), after
 the evaluator's own imports and just before the kernel's: non-dumpable itself, the audit hook,
-and (both modes, CPU and CUDA runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`); on a
-CPU run also writes outside its own folders refused by the operating system (Landlock).
+and (both modes, CPU and CUDA runs) no ``CAP_SYS_PTRACE`` (:func:`close_other_processes`); where
+Linux has Landlock, also writes outside its own folders and signals to processes it did not
+start refused by the operating system.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from evaluator.hardening.sandbox import (
     set_dumpable,
     worker_env,
 )
-from evaluator.hardening.sandbox.landlock import restrict_writes, scope_signals
+from evaluator.hardening.sandbox.landlock import confine
 from evaluator.hardening.sandbox.prctl import AVAILABLE as PRCTL_AVAILABLE
 from reference.checker import prepare
 
@@ -168,21 +169,17 @@ def close_other_processes() -> None:
                            "the parent through /proc; run qrbench where a process may drop its own capabilities")
 
 
-def enter_worker_sandbox(scratch: Path | None, handover: Path | None = None,
-                         os_writes: bool = False) -> Callable[[], tuple[str, ...]]:
+def enter_worker_sandbox(scratch: Path | None, handover: Path | None = None) -> Callable[[], tuple[str, ...]]:
     """Close the worker before the kernel is imported; returns the audit hook's refusals.
 
-    Where the kernel has Landlock (:mod:`.sandbox.landlock`) the worker may then signal only
-    what it starts (not the parent, a spare, or a paired comparison's other worker), whatever
-    code asks. With ``os_writes`` the operating system also refuses writes outside the scratch
-    directory, ``/dev/shm``, ``/dev/null`` and the parent's ``handover`` folder (whose files the
-    worker opens for each case), to ``ctypes`` and subprocesses too. Only CPU runs ask for that
-    so far: no GPU run has shown which files the CUDA driver opens for writing once a worker is
-    running."""
+    Where the kernel has Landlock (:mod:`.sandbox.landlock`) the operating system then refuses
+    the worker's writes outside the scratch directory, ``/dev/shm``, ``/dev/null`` and the
+    parent's ``handover`` folder (whose files the worker opens for each case), to ``ctypes`` and
+    subprocesses too, and (ABI 6 on) lets it signal only what it starts: not the parent, a spare,
+    or a paired comparison's other worker. On a GPU the CUDA context and its device files are
+    open by then; what the libraries write later (Triton's cache) lies in the scratch directory."""
     set_dumpable(False)
     close_other_processes()
-    scope_signals()
     roots = [scratch] if scratch is not None else []
-    if os_writes:
-        restrict_writes([*roots, Path("/dev/shm"), *([handover] if handover else [])], [Path("/dev/null")])
+    confine([*roots, Path("/dev/shm"), *([handover] if handover else [])], [Path("/dev/null")], signals=True)
     return install_audit_hook(roots)

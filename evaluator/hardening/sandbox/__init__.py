@@ -3,7 +3,8 @@
 Each module has one job: :mod:`.prctl` (Linux process switches), :mod:`.children` (kill what a
 stage left running), :mod:`.scratch` (the worker's only writable directory and environment),
 :mod:`.audit` (the worker's audit hook), :mod:`.landlock` (writes outside the worker's folders
-refused by the operating system, on CPU runs), :mod:`.snapshot` (what a stage changed in the project).
+and signals to processes it did not start, refused by the operating system), :mod:`.snapshot`
+(what a stage changed in the project).
 
 The parent, around each stage::
 
@@ -16,7 +17,7 @@ The parent, around each stage::
 The worker, after its own imports and before the kernel's::
 
     set_dumpable(False); drop_ptrace_capability()
-    restrict_writes([scratch_dir, Path("/dev/shm"), handover_folder], [Path("/dev/null")])  # CPU runs
+    confine([scratch_dir, Path("/dev/shm"), handover_folder], [Path("/dev/null")], signals=True)
     refusals = install_audit_hook([scratch_dir])
 """
 

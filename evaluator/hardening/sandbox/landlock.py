@@ -5,19 +5,20 @@ The audit hook (:mod:`.audit`) refuses writes outside the scratch directory to P
 ``ctypes`` calling libc, or a program the kernel starts, is not subject to it, and the project
 snapshot (:mod:`.snapshot`) sees what such a write changed only after the stage, and only in
 the trees it watches. Landlock, a Linux security module open to unprivileged processes (Linux
-5.13 on), makes the kernel of the operating system refuse them: once :func:`restrict_writes`
-has run, this process and every process it starts may create, write, truncate, rename or
-remove files only beneath the given folders, whatever code asks. Reading and running files
-stay allowed, as do writes through descriptors opened before (the result channel, the pipes).
+5.13 on), makes the kernel of the operating system refuse them: once :func:`confine` has run
+with write folders, this process and every process it starts may create, write, truncate,
+rename or remove files only beneath those folders, whatever code asks. Reading and running
+files stay allowed, as do writes through descriptors opened before (the result channel, the
+pipes).
 
 The audit hook also refuses ``os.kill`` aimed at a process the worker did not start, and
 ``ctypes`` passes it the same way: a kernel could stop the parent, a spare worker waiting for a
-later stage, or the other contestant's worker of a paired comparison while it is timed. After
-:func:`scope_signals` (Landlock ABI 6, Linux 6.12 on) the worker and what it starts may signal
-only processes they started themselves.
+later stage, or the other contestant's worker of a paired comparison while it is timed. Once
+:func:`confine` has scoped signals (Landlock ABI 6, Linux 6.12 on), the worker and what it
+starts may signal only processes they started themselves.
 
-Where Landlock is missing (an older kernel, a kernel built without it, another OS, gVisor), both
-functions change nothing and say so; the audit hook, the snapshot and the sweep remain.
+Where Landlock is missing (an older kernel, a kernel built without it, another OS, gVisor),
+:func:`confine` changes nothing and says so; the audit hook, the snapshot and the sweep remain.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import ctypes
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["landlock_abi", "restrict_writes", "scope_signals"]
+__all__ = ["Confinement", "confine", "landlock_abi"]
 
 # Linux's Landlock interface (include/uapi/linux/landlock.h); the same syscall numbers on every
 # architecture that has them.
@@ -81,23 +83,36 @@ def _writes(abi: int) -> int:
     return _WRITES_ABI_1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
 
 
-def restrict_writes(folders: Iterable[Path], files: Iterable[Path] = ()) -> bool:
-    """Let this process and its descendants change the file system only beneath ``folders``
-    (and write ``files``, such as ``/dev/null``). Paths that do not exist are skipped. Returns
-    whether the restriction is in force (False where Landlock is missing)."""
+class Confinement(NamedTuple):
+    """What :func:`confine` put in force: writes refused outside the folders, signals scoped."""
+
+    writes: bool
+    signals: bool
+
+
+def confine(write_folders: Iterable[Path] | None = None, write_files: Iterable[Path] = (),
+            signals: bool = True) -> Confinement:
+    """Restrict this process and every process it starts, in one Landlock layer: with
+    ``write_folders``, changes to the file system only beneath them (and writes to
+    ``write_files``, such as ``/dev/null``; paths that do not exist are skipped); with
+    ``signals``, signals only to processes in the same domain (themselves and what they start).
+
+    One layer, not one per restriction: Linux refuses a rename or link across directories in
+    every layer of a domain that handles file-system access unless that layer allows it, so a
+    signal-only layer stacked on the write layer would refuse such a rename even inside an
+    allowed folder (Triton's cache writes every file that way). Where the kernel refuses the
+    write rules, signals are scoped alone; where Landlock is missing, nothing changes.
+    """
     abi = landlock_abi()
-    if abi < 1:
-        return False
-    handled = _writes(abi)
-    beneath = [(Path(f), handled) for f in folders] + [(Path(f), _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
-                                                        for f in files]
-    return _enforce(_RulesetAttr(handled), beneath)
-
-
-def scope_signals() -> bool:
-    """Let this process and its descendants signal only processes in their own Landlock domain
-    (themselves and what they start). Returns whether that is in force (ABI 6 on)."""
-    return landlock_abi() >= 6 and _enforce(_ScopedRulesetAttr(0, 0, _SCOPE_SIGNAL), [])
+    scoped = _SCOPE_SIGNAL if signals and abi >= 6 else 0
+    if write_folders is not None and abi >= 1:
+        handled = _writes(abi)
+        file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
+        beneath = [(Path(f), handled) for f in write_folders] + [(Path(f), file_rights) for f in write_files]
+        attr = _ScopedRulesetAttr(handled, 0, scoped) if scoped else _RulesetAttr(handled)
+        if _enforce(attr, beneath):
+            return Confinement(writes=True, signals=bool(scoped))
+    return Confinement(writes=False, signals=bool(scoped) and _enforce(_ScopedRulesetAttr(0, 0, scoped), []))
 
 
 def _enforce(attr: ctypes.Structure, beneath: list[tuple[Path, int]]) -> bool:
