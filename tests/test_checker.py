@@ -201,7 +201,7 @@ def test_wy_triangle_reproduces_product_of_reflectors() -> None:
 
 
 def test_block_size_choice() -> None:
-    assert [default_block(n) for n in (1, 8, 16, 96, 512, 4096)] == [1, 1, 2, 8, 64, 64]
+    assert [default_block(n) for n in (1, 8, 16, 96, 512, 1024, 4096)] == [1, 1, 2, 8, 64, 128, 128]
     with pytest.raises(ValueError, match="power of two"):
         householder_q(torch.zeros(1, 4, 4), torch.zeros(1, 4), block=3)
 
