@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from evaluator.cli import main
+from evaluator.hardening import precheck
 from evaluator.hardening.precheck import MAX_BYTES, Precheck, precheck_file, precheck_source
 from evaluator.results import RunResult
 from tests.conftest import REPO
@@ -138,6 +141,21 @@ def test_kernelguard_without_a_verdict_fails_closed(
     warned = precheck_source(GEQRF.read_bytes(), "s.py", "benchmark", kernelguard="warn", timeout_s=0.5)
     assert warned.passed
     assert warned.outcomes["kernelguard"] == "warn"
+
+
+def test_kernelguard_installed_without_its_script_runs_through_the_interpreter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package on the path whose console script is nowhere (``pip install --target``): the gate
+    runs it through this interpreter instead of refusing every file as unchecked."""
+    interpreter = sys.executable
+    monkeypatch.delenv("KERNELGUARD_COMMAND", raising=False)
+    monkeypatch.setattr(precheck.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(precheck.sys, "executable", str(tmp_path / "python"))  # no script beside it
+    assert precheck._kernelguard_command() == [str(tmp_path / "python"), "-c", precheck.RUN_IMPORTED_KERNELGUARD]
+    done = subprocess.run([interpreter, "-c", precheck.RUN_IMPORTED_KERNELGUARD, "--api-mode"],
+                          input=GEQRF.read_bytes(), capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert json.loads(done.stdout.decode().strip().splitlines()[-1])["should_filter"] is False
 
 
 def test_a_missing_kernelguard_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

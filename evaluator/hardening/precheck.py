@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +186,14 @@ class KernelguardUnavailable(RuntimeError):
     """kernelguard could not give a verdict: not found, timed out, failed, or printed no JSON object."""
 
 
+# kernelguard's console script, run by this interpreter: for a package installed where no script
+# lands on PATH (``pip install --target``, a folder on PYTHONPATH).
+RUN_IMPORTED_KERNELGUARD = "import sys; from kernelguard import main; sys.exit(main())"
+
+
 def _kernelguard_command() -> list[str]:
-    """``KERNELGUARD_COMMAND`` (as the service reads it), else the one beside this interpreter, else PATH's."""
+    """``KERNELGUARD_COMMAND`` (as the service reads it), else the one beside this interpreter, else
+    PATH's, else the package this interpreter imports."""
     configured = os.environ.get("KERNELGUARD_COMMAND", "").strip()
     if configured:
         return shlex.split(configured)
@@ -194,9 +201,12 @@ def _kernelguard_command() -> list[str]:
     if beside.is_file():
         return [str(beside)]
     found = shutil.which("kernelguard") or shutil.which("kguard")
-    if found is None:
-        raise KernelguardUnavailable("kernelguard is not installed (not beside the interpreter, not on PATH)")
-    return [found]
+    if found is not None:
+        return [found]
+    if find_spec("kernelguard") is not None:
+        return [sys.executable, "-c", RUN_IMPORTED_KERNELGUARD]
+    raise KernelguardUnavailable("kernelguard is not installed (not beside the interpreter, not on PATH, "
+                                 "not importable)")
 
 
 def _installed_version() -> str | None:
