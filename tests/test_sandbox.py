@@ -32,7 +32,7 @@ from evaluator.hardening.sandbox import (
     worker_env,
 )
 from evaluator.hardening.sandbox.children import children
-from evaluator.hardening.sandbox.landlock import landlock_abi
+from evaluator.hardening.sandbox.landlock import WRITES_ABI, landlock_abi
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's")
 
@@ -460,7 +460,7 @@ print(open("/etc/hostname").read() is not None)
 """
 
 
-@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock")
+@pytest.mark.skipif(landlock_abi() < WRITES_ABI, reason="this kernel cannot restrict writes (Landlock ABI 2)")
 def test_landlock_refuses_writes_outside_the_folders_to_python_libc_and_children(tmp_path: Path) -> None:
     ok, out = tmp_path / "ok", tmp_path / "out"
     ok.mkdir()
@@ -472,6 +472,30 @@ def test_landlock_refuses_writes_outside_the_folders_to_python_libc_and_children
     assert (ok / "python.txt").exists()
     assert (ok / "built.so").exists()
     assert not any(out.iterdir())
+
+
+_ABI_1 = """
+import sys
+from pathlib import Path
+from evaluator.hardening.sandbox import landlock
+landlock.landlock_abi = lambda: 1  # a kernel of Linux 5.13-5.18
+print(landlock.confine([Path(sys.argv[1])], [Path("/dev/null")], signals=True))
+Path(sys.argv[2]).write_text("x")
+"""
+
+
+@pytest.mark.skipif(landlock_abi() < WRITES_ABI, reason="this kernel cannot restrict writes (Landlock ABI 2)")
+def test_landlock_abi_1_leaves_writes_unrestricted(tmp_path: Path) -> None:
+    """ABI 1 refuses every rename across directories whatever the rules say, which would break
+    Triton's cache in the scratch directory: there the worker is left to the audit hook and the
+    snapshot, and the results file's ABI says so."""
+    ok, out = tmp_path / "ok", tmp_path / "elsewhere.txt"
+    ok.mkdir()
+    done = subprocess.run([sys.executable, "-c", _ABI_1, str(ok), str(out)], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Confinement(writes=False, signals=False)"
+    assert out.read_text() == "x"
 
 
 _SCOPED = """

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["Confinement", "confine", "landlock_abi"]
+__all__ = ["WRITES_ABI", "Confinement", "confine", "landlock_abi"]
 
 # Linux's Landlock interface (include/uapi/linux/landlock.h); the same syscall numbers on every
 # architecture that has them.
@@ -44,6 +44,8 @@ _MAKE_CHAR, _MAKE_DIR, _MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
 _SCOPE_SIGNAL = 1 << 1  # ABI 6
+# The first ABI whose rules can allow a rename across directories (LANDLOCK_ACCESS_FS_REFER).
+WRITES_ABI = 2
 _WRITES_ABI_1 = (_WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_CHAR | _MAKE_DIR | _MAKE_REG | _MAKE_SOCK
                  | _MAKE_FIFO | _MAKE_BLOCK | _MAKE_SYM)
 
@@ -79,8 +81,8 @@ def landlock_abi() -> int:
 
 
 def _writes(abi: int) -> int:
-    """Every access right that changes the file system, as far as ``abi`` knows them."""
-    return _WRITES_ABI_1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    """Every access right that changes the file system, as far as ``abi`` (``WRITES_ABI`` on) knows them."""
+    return _WRITES_ABI_1 | _REFER | (_TRUNCATE if abi >= 3 else 0)
 
 
 class Confinement(NamedTuple):
@@ -100,12 +102,13 @@ def confine(write_folders: Iterable[Path] | None = None, write_files: Iterable[P
     One layer, not one per restriction: Linux refuses a rename or link across directories in
     every layer of a domain that handles file-system access unless that layer allows it, so a
     signal-only layer stacked on the write layer would refuse such a rename even inside an
-    allowed folder (Triton's cache writes every file that way). Where the kernel refuses the
-    write rules, signals are scoped alone; where Landlock is missing, nothing changes.
+    allowed folder (Triton's cache writes every file that way). For the same reason writes are
+    restricted only from ABI 2, the first that can allow such a rename at all. Where the kernel
+    refuses the write rules, signals are scoped alone; where Landlock is missing, nothing changes.
     """
     abi = landlock_abi()
     scoped = _SCOPE_SIGNAL if signals and abi >= 6 else 0
-    if write_folders is not None and abi >= 1:
+    if write_folders is not None and abi >= WRITES_ABI:
         handled = _writes(abi)
         file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
         beneath = [(Path(f), handled) for f in write_folders] + [(Path(f), file_rights) for f in write_files]
