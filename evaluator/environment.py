@@ -7,11 +7,14 @@ Fields (all optional except ``device`` and the versions):
   ``nvidia-smi`` when it answers (clocks at the moment of the reading);
 - ``cpu``, ``cpu_count``, ``hostname``, ``platform``;
 - ``python``, ``torch``, ``cuda``, ``triton``, ``numpy``: versions;
-- ``git_commit``, ``git_dirty``: the qrbench checkout the run came from.
+- ``git_commit``, ``git_dirty``: the qrbench checkout the run came from;
+- ``source_sha256``: qrbench's own Python sources as this process found them (:func:`source_digest`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -24,9 +27,11 @@ import torch
 
 from evaluator.hardening.sandbox.landlock import landlock_abi
 
-__all__ = ["fingerprint", "git_state", "gpu_key"]
+__all__ = ["fingerprint", "git_state", "gpu_key", "source_digest"]
 
 _REPO = Path(__file__).resolve().parents[1]
+# The packages whose code decides a run's inputs, verdicts, timings and the reference kernels.
+_SOURCE_PACKAGES = ("evaluator", "reference", "reference_kernels")
 
 
 def _version(package: str) -> str | None:
@@ -51,6 +56,26 @@ def git_state() -> dict[str, Any]:
         return {}
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO)
     return {"git_commit": commit, "git_dirty": bool(dirty)}
+
+
+def digest_of_sources(root: Path, packages: tuple[str, ...] = _SOURCE_PACKAGES) -> str:
+    """sha256 over every ``*.py`` file of ``packages`` under ``root``: each file's path relative to
+    ``root``, then its bytes, in path order."""
+    digest = hashlib.sha256()
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def source_digest() -> str:
+    """The digest of qrbench's own sources, taken once per process: it names the code a run
+    measured with where git cannot (a copied tree without ``.git``, git metadata that trails the
+    files, an installed package), so two results files with one digest ran the same evaluator,
+    checker and reference kernels."""
+    return digest_of_sources(_REPO)
 
 
 def _nvidia_smi(index: int) -> dict[str, Any]:
@@ -93,6 +118,7 @@ def fingerprint(device: torch.device | str) -> dict[str, Any]:
         # 0: the OS refuses no write or signal of a worker's own (docs/hardening.md, Landlock)
         "landlock_abi": landlock_abi(),
         **git_state(),
+        "source_sha256": source_digest(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
         index = device.index if device.index is not None else torch.cuda.current_device()

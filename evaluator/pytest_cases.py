@@ -26,7 +26,7 @@ __all__ = ["CaseTimer", "Plan", "device_info", "make_plan"]
 
 # Fingerprint fields left out of pytest-benchmark's machine_info: it warns on any difference
 # from a saved run, and these differ between any two runs (the commit is in commit_info).
-_PER_RUN_FIELDS = ("git_commit", "git_dirty", "sm_clock_mhz", "mem_clock_mhz")
+_PER_RUN_FIELDS = ("git_commit", "git_dirty", "source_sha256", "sm_clock_mhz", "mem_clock_mhz")
 
 
 @dataclass(frozen=True)

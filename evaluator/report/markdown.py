@@ -196,8 +196,12 @@ def _clocks(entries: Sequence[Entry]) -> str:
 
 
 def _commit(env: Mapping[str, object]) -> str:
+    """The checkout's commit and, where the run recorded it, its sources' digest: a dirty commit or
+    a copied tree is told apart by the digest alone."""
     commit = str(env.get("git_commit") or "")[:10]
-    return commit + (" (dirty)" if commit and env.get("git_dirty") else "") if commit else "-"
+    text = commit + (" (dirty)" if commit and env.get("git_dirty") else "") if commit else "-"
+    sources = str(env.get("source_sha256") or "")[:8]
+    return f"{text}, sources {sources}" if sources else text
 
 
 def _history(history: Sequence[RunResult]) -> str:
