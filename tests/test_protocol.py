@@ -299,6 +299,17 @@ def test_parent_clock_judges_claims_by_the_workers_cpu_time_too(claims_ns: tuple
     assert problem is None or "us of CPU time" in problem
 
 
+@pytest.mark.parametrize(("repeats", "stalled", "flagged"), [(3, 2, False), (8, 2, False), (8, 3, True)])
+def test_the_cpu_witness_needs_enough_repeats_to_tell_a_stall_from_a_shave(repeats: int, stalled: int,
+                                                                          flagged: bool) -> None:
+    """A host that stalls a running thread stretches its run time for a burst of repeats, claim
+    and bookkeeping alike: 2 of 3 is a burst (an honest geqrf on CI), 3 of 8 is past chance."""
+    honest = Measurement(0.13e6, 0.0, witness_ns=0.6e6, allowance_ns=10e6, cpu_witness_ns=0.5e6, cpu_allowance_ns=1.2e6)
+    burst = Measurement(1.1e6, 0.0, witness_ns=5.5e6, allowance_ns=10e6, cpu_witness_ns=5.2e6, cpu_allowance_ns=1.2e6)
+    problem = guards.parent_clock_problem([burst] * stalled + [honest] * (repeats - stalled), 0.95)
+    assert (problem is not None) == flagged
+
+
 def test_parent_clock_ignores_unwitnessed_repeats() -> None:
     """In-process (compat, tests) there is no parent clock: nothing to judge."""
     assert guards.parent_clock_problem([Measurement(1.0)] * 8, 0.95) is None
