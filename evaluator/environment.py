@@ -27,7 +27,7 @@ import torch
 
 from evaluator.hardening.sandbox.landlock import landlock_abi
 
-__all__ = ["fingerprint", "git_state", "gpu_key", "source_digest"]
+__all__ = ["digest_of_sources", "fingerprint", "git_state", "gpu_key", "source_digest"]
 
 _REPO = Path(__file__).resolve().parents[1]
 # The packages whose code decides a run's inputs, verdicts, timings and the reference kernels.

@@ -121,7 +121,6 @@ class _Server:
     def _load(self, message: dict[str, Any]) -> dict[str, Any]:
         handover = message.get("handover")
         if self.device.type == "cuda":  # the CUDA context opens the device files: before the write boundary
-            torch.cuda.init()
             torch.empty(1, device=self.device)
         self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None,
                                              Path(handover) if handover else None)

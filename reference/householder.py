@@ -20,9 +20,8 @@ def default_block(n: int) -> int:
     """Reflectors per block: a power of two near n/8, at most 128.
 
     Small blocks at small n keep the rounding of Q close to LAPACK's unblocked ``org2r``
-    (what the contest's checker runs there); wide ones keep the products large at big n. The
-    fastest block on an H200 was n/8 at every size timed, 128 from n = 1024 (Q 4.4 against 4.9 ms
-    at 60x1024, 9.9 against 15.8 at 2x4096), and the checker corpus passes with 128 from n = 512
+    (what the contest's checker runs there); wide ones keep the products large at big n. The cap
+    of 128: the fastest block on an H200 at every size timed, with the corpus's verdicts unchanged
     (reports/h200/2026-12-03-checker-q-variants.md).
     """
     target = max(1, min(128, n // 8))

@@ -219,12 +219,10 @@ def stream_join_problem(tails_ns: Sequence[float], repeats_ns: Sequence[float]) 
 # (reports/h200/2026-12-02-parent-clock-margins.md).
 PARENT_CLOCK_SHARE = {"cpu-clock": 0.95, "cuda-events": 0.95}
 PARENT_CLOCK_REPEATS = 0.25
-# The worker's main-thread run time judges a case only from this many witnessed repeats. Waiting
-# does not stretch it, but a host that stalls a running thread does, for a burst of repeats; with
-# few repeats a burst of two is a majority: an honest geqrf on CI's two-core machine read 4.1 ms of
-# unclaimed main-thread time against a 1.15 ms bookkeeping allowance in 2 of a case's 3 repeats
-# (2026-12-03, a paired comparison's 3 blocks). The exploit this witness answers (shave_short_repeats)
-# is caught in 16 of 16 repeats.
+# The worker's main-thread run time judges a case only from this many witnessed repeats: a host
+# that stalls a running thread stretches it, claim and bookkeeping alike, for a burst of repeats,
+# and with few repeats a burst of two is past the quarter above (docs/hardening.md, "A second
+# witness on the CPU", where the honest run it failed and the exploit it still catches are).
 PARENT_CLOCK_CPU_MIN_REPEATS = 8
 
 
@@ -260,7 +258,7 @@ def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | Non
     )
 
 
-def _least_fit(m: Any, by_cpu: bool = True) -> tuple[float, bool]:
+def _least_fit(m: Any, by_cpu: bool) -> tuple[float, bool]:
     """The claim over each witness less its allowance (the CPU witness's only ``by_cpu``), the
     lesser of the two (inf where neither exceeds its allowance), and whether it was the CPU
     witness's."""
