@@ -31,6 +31,8 @@ import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
+from reference_kernels.blocked_wy.qr import _factor_in_place, ieee_fp32  # noqa: E402
+from reference_kernels.blocked_wy.source import SourceAt  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
 from tests.conftest import qr_v2_benchmarks  # noqa: E402
 
@@ -119,6 +121,29 @@ def test_fused_update(case: str) -> None:
     tiles = products.UpdateTiles(subtract_bm=32, block_n=32, fused=True)
     plan = Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=tiles)
     _factor_and_check(generate_input(2, 45, 2, 3300, case).to(DEVICE), plan=plan)
+
+
+@pytest.mark.parametrize(
+    ("n", "plan"),
+    [(48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True))),
+     (37, Plan(nb=16, leaf=4, whole_max=0, inner="triton", update="tf32x3"))],
+    ids=["fused-aligned", "two-launches-unaligned"],
+)
+def test_an_input_read_at_its_address_factors_bit_for_bit_as_the_tensor(n: int, plan: Plan) -> None:
+    """What a graph replay runs when it reads its input in place (``qr._GraphedQR``): the kernels
+    read the input's address from device memory when they run. Otherwise the same launches, so
+    the same bits as reading the tensor itself."""
+    a = generate_input(2, n, 2, 3500, "mixed").to(DEVICE)
+    address = torch.tensor([a.data_ptr()], dtype=torch.int64, device=DEVICE)
+    outs = []
+    for src in (a, SourceAt.of(address, a)):
+        h, tau = torch.empty_like(a), a.new_empty(2, n)
+        with ieee_fp32():
+            _factor_in_place(h, tau, plan, src)
+        outs.append((h, tau))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1], outs[1][1])
+    _check(a, outs[1])
 
 
 def test_fused_tiles_need_the_triton_update() -> None:
@@ -362,6 +387,25 @@ def test_graph_replay_gives_fresh_results_per_input() -> None:
         _check(a, out)
     assert not torch.equal(outs[0][0], outs[1][0])
     assert outs[0][0].data_ptr() != outs[1][0].data_ptr()
+
+
+@pytest.mark.gpu
+def test_a_graph_reading_its_input_in_place_takes_every_input() -> None:
+    """At 256 the graph reads each input where it lies (the tf32x3 update): inputs at new
+    addresses, one of them not on 16 bytes (copied to an aligned buffer first), give the same
+    bits as the same matrices through a fresh aligned tensor, and the input stays unchanged."""
+    inputs = [generate_input(4, 256, 1, seed) for seed in (3, 4)]
+    flat = torch.empty(inputs[1].numel() + 1, device="cuda")
+    shifted = flat[1:].view_as(inputs[1])
+    shifted.copy_(inputs[1])
+    assert shifted.data_ptr() % 16
+    expected = [qr(a.clone()) for a in inputs]
+    for a, want in zip((inputs[0], shifted), expected, strict=True):
+        got = qr(a)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], want[0])
+        assert torch.equal(got[1], want[1])
+    assert torch.equal(shifted, inputs[1])
 
 
 @pytest.mark.gpu

@@ -10,6 +10,7 @@ from reference_kernels.blocked_wy.qr import DEFAULT_PLANS, Plan, clear_graphs, d
 
 EXPORT_MODULES = (
     "reference_kernels.blocked_wy.launch",
+    "reference_kernels.blocked_wy.source",
     "reference_kernels.blocked_wy.column_steps",
     "reference_kernels.blocked_wy.kernels",
     "reference_kernels.blocked_wy.split_tf32",

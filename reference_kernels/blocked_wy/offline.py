@@ -19,8 +19,9 @@ import triton
 
 import reference_kernels.blocked_wy.kernels as kernels
 import reference_kernels.blocked_wy.products as products
+import reference_kernels.blocked_wy.source as source
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
-from reference_kernels.blocked_wy.qr import Plan, qr
+from reference_kernels.blocked_wy.qr import READS_INPUT_IN_PLACE, Plan, _factor_in_place, qr
 
 __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 
@@ -33,6 +34,7 @@ _KERNELS = (
     (products, "_leaf_gram_kernel"),
     (products, "_leaf_apply_kernel"),
     (split_tf32, "_split_kernel"),
+    (source, "_copy_kernel"),
 )
 
 
@@ -88,11 +90,16 @@ def record_calls(run: Callable[[], object], kernels: Iterable[tuple[ModuleType, 
 
 
 def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
-    """The distinct launches of ``qr`` on (batch, n) shapes with the given plans (eager, as captured)."""
+    """The distinct launches of ``qr`` on (batch, n) shapes with the given plans, eager and, where
+    the plan's graph reads its input in place, as that graph captures them."""
 
     def run() -> None:
         for (batch, n), plan in calls:
-            qr(torch.empty(batch, n, n, device="meta"), plan=plan, graph=False)
+            a = torch.empty(batch, n, n, device="meta")
+            qr(a, plan=plan, graph=False)
+            if n > plan.whole_max and plan.update in READS_INPUT_IN_PLACE:
+                address = torch.empty(1, dtype=torch.int64, device="meta")
+                _factor_in_place(torch.empty_like(a), a.new_empty(batch, n), plan, source.SourceAt.of(address, a))
 
     return record_calls(run, _KERNELS)
 

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
+from reference_kernels.blocked_wy.source import SourceAt, storage
 
 __all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_subtract", "wy_update"]
 
@@ -119,6 +120,7 @@ def _project_kernel(
     ALIGNED: tl.constexpr,
     INTERPRETED: tl.constexpr,
     STAGES: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr,
 ):
     """W[:, strip] = T^T (V^T C[:, strip]) for one BN-column strip of one matrix; with ``SPLIT``, the
     program sums ``part_rows`` rows only and stores its partial V^T C (T is applied by the subtract)."""
@@ -129,7 +131,7 @@ def _project_kernel(
     end = tl.minimum(first + part_rows, m)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
-    c_mat = matrix_start(c, c_off, pid_b, c_mat_stride, ALIGNED)
+    c_mat = matrix_start(storage(c, SRC_AT_ADDRESS), c_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
     acc = tl.zeros([NB, BN], dtype=tl.float32)
@@ -174,6 +176,7 @@ def _subtract_kernel(
     BN: tl.constexpr,
     SPLIT: tl.constexpr,
     ALIGNED: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr,
 ):
     """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix; with ``SPLIT``,
     W[:, cols] = T^T (sum of the ``n_parts`` partial V^T C) first."""
@@ -183,7 +186,7 @@ def _subtract_kernel(
     rows = (pid // n_tiles) * BM + tl.arange(0, BM)[:, None]
     cols = (pid % n_tiles) * BN + tl.arange(0, BN)[None, :]
     ks = tl.arange(0, NB)
-    src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
+    src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     # V's rows are loaded before W here (not through _subtract_rows, which loads them after):
@@ -235,6 +238,7 @@ def _fused_update_kernel(
     ALIGNED: tl.constexpr,
     INTERPRETED: tl.constexpr,
     STAGES: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr,
 ):
     """dst[:, strip] = src[:, strip] - V (T^T (V^T src[:, strip])) for one BN-column strip of one
     matrix in one program: W of the strip by sweeping its rows (PBM at a time), then the
@@ -245,7 +249,7 @@ def _fused_update_kernel(
     pid_b = tl.program_id(1).to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
-    src_mat = matrix_start(src, src_off, pid_b, c_mat_stride, ALIGNED)
+    src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
@@ -273,7 +277,7 @@ def wy_update(
     c: torch.Tensor,
     v: torch.Tensor,
     t: torch.Tensor,
-    src: torch.Tensor | None = None,
+    src: torch.Tensor | SourceAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
@@ -301,7 +305,8 @@ def wy_update(
             *t_args,
             m, ncols,
             NB=nb, PBM=tiles.project_bm, SBM=tiles.subtract_bm, BN=tiles.block_n, ALIGNED=aligned,
-            INTERPRETED=INTERPRETED, STAGES=tiles.stages, num_warps=_update_warps(tiles, nb),
+            INTERPRETED=INTERPRETED, STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, SourceAt),
+            num_warps=_update_warps(tiles, nb),
         )  # fmt: skip
         return
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
@@ -315,7 +320,7 @@ def wy_update(
         work, work.stride(0),
         m, ncols, part_rows,
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-        STAGES=tiles.stages, num_warps=_update_warps(tiles, nb),
+        STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, SourceAt), num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
     _subtract(src, c, v, t_args, work, parts, tiles, aligned)
 
@@ -324,7 +329,7 @@ def wy_subtract(
     c: torch.Tensor,
     v: torch.Tensor,
     w: torch.Tensor,
-    src: torch.Tensor | None = None,
+    src: torch.Tensor | SourceAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
     """``c <- s - V W`` at split TF32 with ``s = src`` (default ``c`` itself, in place), W (b x nb x
@@ -342,11 +347,11 @@ def wy_subtract(
 def _checked_source(
     c: torch.Tensor,
     v: torch.Tensor,
-    src: torch.Tensor | None,
+    src: torch.Tensor | SourceAt | None,
     name: str,
     other: torch.Tensor,
     other_shape: tuple[int, ...],
-) -> torch.Tensor:
+) -> torch.Tensor | SourceAt:
     """``src`` (default ``c``), once c, v, src and the other operand (T or W, called ``name``) are
     shaped and laid out as the update's launches take them: V b x m x nb with nb a power of two
     >= 16, c and src one shape and layout, every last dimension of unit stride."""
@@ -366,7 +371,7 @@ def _update_warps(tiles: UpdateTiles, nb: int) -> int:
 
 
 def _subtract(
-    src: torch.Tensor,
+    src: torch.Tensor | SourceAt,
     c: torch.Tensor,
     v: torch.Tensor,
     t_args: tuple[object, ...],
@@ -389,7 +394,7 @@ def _subtract(
         w, w.stride(0), parts,
         m, ncols,
         NB=nb, BM=tiles.subtract_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned,
-        num_warps=_update_warps(tiles, nb),
+        SRC_AT_ADDRESS=isinstance(src, SourceAt), num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import torch
 
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
+from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 
 __all__ = [
@@ -43,6 +44,8 @@ UPDATES = ("torch", "tf32x3", "cublas-tf32x3", "mixed")
 # Updates whose last launch is the Triton split-TF32 subtraction: it writes c from a separate
 # source (so the input copy folds into the first update) and needs nb >= 16 (tl.dot).
 TRITON_SUBTRACTION = ("tf32x3", "mixed")
+# Updates that read the source only in Triton kernels, so a graph can read its input in place.
+READS_INPUT_IN_PLACE = ("tf32x3",)
 Inner = Literal["torch", "triton"]
 
 
@@ -178,7 +181,7 @@ def _apply_qt(
     v: torch.Tensor,
     t: torch.Tensor,
     update: Update,
-    src: torch.Tensor | None = None,
+    src: torch.Tensor | SourceAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
     """c <- (I - V T V^T)^T s (s = ``src``, default c in place), the compact-WY form of applying H_k ... H_1.
@@ -241,14 +244,17 @@ def _factor_block(
     return v, t
 
 
-def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | None = None) -> None:
+def _factor_in_place(
+    h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | SourceAt | None = None
+) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The updates
     of ``TRITON_SUBTRACTION`` read the first trailing block straight from ``src`` (only the first panel's
     columns are copied), which saves a pass over memory; the library updates work in place, so for
     them ``src`` is copied whole first (one contiguous copy: a strided one of the trailing block is
-    slower).
+    slower). A :class:`SourceAt` (a graph's input, read where it lies) needs an update of
+    ``READS_INPUT_IN_PLACE``.
     """
     n = h.shape[-1]
     if src is not None and plan.update not in TRITON_SUBTRACTION:
@@ -257,28 +263,45 @@ def _factor_in_place(h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.
     for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
-            h[:, :, :j1].copy_(src[:, :, :j1])
+            copy_columns(h[:, :, :j1], columns(src, 0, j1))
         v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n)
         if j1 < n:
-            first = src[:, j0:, j1:] if src is not None and j0 == 0 else None
+            first = columns(src, j1) if src is not None and j0 == 0 else None
             _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles)
 
 
 class _GraphedQR:
-    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call."""
+    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call.
+
+    With an update of ``READS_INPUT_IN_PLACE`` the graph reads each call's input where it lies
+    (:mod:`.source`: its address is set before the replay); otherwise the input is copied into the
+    graph's buffer first. The outputs are copied out either way: the caller gets fresh tensors.
+    """
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
         self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
+        self.address = like.new_empty(1, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
+        src = None if self.address is None else SourceAt.of(self.address, like)
         # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
         # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
-        _factor_in_place(self.h, self.tau, plan)
+        self._take(like)
+        _factor_in_place(self.h, self.tau, plan, src)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_in_place(self.h, self.tau, plan)
+            _factor_in_place(self.h, self.tau, plan, src)
+
+    def _take(self, a: torch.Tensor) -> None:
+        """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself)."""
+        if self.address is None:
+            self.h.copy_(a)
+            return
+        if a.data_ptr() % 16:
+            a = a.clone()  # freed when this returns, but not reused before the replay: same queue
+        self.address.fill_(a.data_ptr())
 
     def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.h.copy_(a)
+        self._take(a)
         self.graph.replay()
         return self.h.clone(), self.tau.clone()
 
