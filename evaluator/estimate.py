@@ -361,14 +361,14 @@ def _same_inputs_spread(h: Harness, index: int, case: Case, repeats: int, max_re
     return settled_spread(*(p.result.samples_ns for p in passes))
 
 
-def _published_check_s(case: Case, checks: int = PUBLISHED_CHECKS) -> float:
+def _published_check_s(case: Case, device: torch.device, checks: int = PUBLISHED_CHECKS) -> float:
     """One check of one output with the contest's checker (its per-matrix Q loop), on geqrf's
     output of an input of this shape: its cost depends on the shape alone. The median of
     ``checks`` timed checks after a warm one: a single one read 3.6 ms at 20x32 on an H200 where
     the contest's run spent about 2.5 ms a check (``reports/h200/2026-12-01-blocked_wy-estimate.txt``,
     ``reports/h200/2026-12-01-blocked_wy-time-to-verdict-compat.json``: 932 ranked repeats of 50
     checks in its 120 s cap)."""
-    a = generate_input(**replace(case, seed=1).generator_args())
+    a = generate_input(**replace(case, seed=1).generator_args(), device=device)
     output = torch.geqrf(a)
     verdict(a, output, "published")  # first call: library handles and workspaces
     times: list[float] = []
@@ -500,7 +500,7 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
     for i, p in enumerate(pilots):
         key = (p.case.batch, p.case.n)
         if key not in published:
-            published[key] = _published_check_s(p.case)
+            published[key] = _published_check_s(p.case, torch.device(options.device))
         pilots[i] = replace(p, published_check_s=published[key])
     breakdown = stage.breakdown_s or {}
     names = STAGES_BY_MODE[mode]

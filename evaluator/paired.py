@@ -221,7 +221,7 @@ def compare_case(harnesses: Sequence[Harness | None], index: int, case: Case, se
         return PairedCase(tuple(_result(seat, index, case, 1, (case.seed,)) for seat in seats), ())
     lead = seats[0].h
     with lead.ledger.timing("inputs"):
-        inputs = CaseInputs(case, timing.input_count(case), lead.hardening.fresh_inputs)
+        inputs = CaseInputs(case, timing.input_count(case), lead.hardening.fresh_inputs, lead.device)
     seeds = tuple(inputs.seeds)
     orders: list[tuple[int, ...]] = []
     try:

@@ -33,7 +33,7 @@ from evaluator.modes import Mode
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
 from reference.checker import QMethod, Verdict, verdict
-from reference.inputs import CASES, generate_input
+from reference.inputs import CASES, default_device, generate_input
 
 __all__ = [
     "CASE_MODES",
@@ -85,13 +85,15 @@ _sleep = time.sleep
 class Harness:
     """What a mode needs: where the kernel runs, how to check it, and which rules are on.
 
-    ``clock`` is the wall clock (ns) of the stopping rule, injectable for tests. ``sampler``
+    ``device`` is where inputs are made and checked: the kernel's (a CPU run on a machine with a GPU
+    makes CPU inputs). ``clock`` is the wall clock (ns) of the stopping rule, injectable for tests. ``sampler``
     reads the GPU's clocks around each timed repeat; with ``discard_throttled`` a repeat the GPU
     throttled in is left out of the stopping rule and the statistics (:mod:`evaluator.measure.clocks`).
     """
 
     executor: Executor
     hardening: Hardening = field(default_factory=Hardening)
+    device: torch.device = field(default_factory=default_device)
     q_method: QMethod = "auto"
     floor: PhysicalFloor | None = None
     progress: Progress = no_progress
@@ -151,7 +153,7 @@ def _single_call(h: Harness, case: Case, profile: str = "") -> tuple[CaseResult,
     """Generate, hand a copy to the kernel, call it once, check: the contest's ``test`` mode
     for one case (and ``profile`` mode's call, with its profiler table)."""
     with h.ledger.timing("inputs"):
-        data = generate_input(**case.generator_args())
+        data = generate_input(**case.generator_args(), device=h.device)
         synchronize()
         handed = h.executor.hand([data])
     try:
@@ -187,11 +189,12 @@ class CaseInputs:
     :meth:`install` copies it into the handed-over memory, as late as possible.
     """
 
-    def __init__(self, case: Case, count: int, fresh: bool) -> None:
+    def __init__(self, case: Case, count: int, fresh: bool, device: torch.device) -> None:
         self.case = case
         self.fresh = fresh
+        self.device = device
         self.seeds = [case.seed + SEED_STEP * (k + 1) for k in range(count)]
-        self.pristine = [generate_input(**case.with_seed(s).generator_args()) for s in self.seeds]
+        self.pristine = [self._generate(case.with_seed(s)) for s in self.seeds]
         self.tensors: list[torch.Tensor] = []
 
     def refresh(self) -> None:
@@ -202,11 +205,14 @@ class CaseInputs:
             # One generator call for the whole repeat (50 inputs at 20x32): each matrix's content
             # is drawn alone, so the split batch has the distribution of separate draws.
             whole = replace(self.case, batch=self.case.batch * count).with_seed(_randbits(62))
-            self.pristine = list(generate_input(**whole.generator_args()).chunk(count))
+            self.pristine = list(self._generate(whole).chunk(count))
         else:
             for k in range(count):
-                self.pristine[k] = generate_input(**self.case.with_seed(_randbits(62)).generator_args())
+                self.pristine[k] = self._generate(self.case.with_seed(_randbits(62)))
         synchronize()  # made by now: the time is the inputs', not the next repeat's witness
+
+    def _generate(self, case: Case) -> torch.Tensor:
+        return generate_input(**case.generator_args(), device=self.device)
 
     def install(self) -> None:
         if not self.fresh:
@@ -414,7 +420,7 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     handed: Handed | None = None
     try:
         with h.ledger.timing("inputs"):
-            inputs = CaseInputs(case, timing.input_count(case), h.hardening.fresh_inputs)
+            inputs = CaseInputs(case, timing.input_count(case), h.hardening.fresh_inputs, h.device)
             seeds = tuple(inputs.seeds)
             handed = h.executor.hand(inputs.pristine)
         inputs.tensors = handed.tensors

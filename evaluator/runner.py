@@ -231,7 +231,7 @@ def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptio
     executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
     executor.calibrate()
     executor.load(contestant.to_dict())
-    harness = Harness(executor, Hardening(), floor=floor, progress=progress, ledger=ledger,
+    harness = Harness(executor, Hardening(), device=device, floor=floor, progress=progress, ledger=ledger,
                       sampler=sampler, discard_throttled=options.discard_on_throttle)
     return harness, executor
 

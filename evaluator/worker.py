@@ -185,7 +185,7 @@ def _run_in_process(job: dict[str, Any], out: Writer) -> None:
         out.send({"event": "error", "message": str(exc)})
         return
     executor = LocalExecutor(kernel, make_timer(device, drain=False), rules=False)
-    harness = Harness(executor, Hardening.compat(), q_method="published", sampler=sampler_for(device),
+    harness = Harness(executor, Hardening.compat(), device=device, q_method="published", sampler=sampler_for(device),
                       progress=lambda event: out.send({"event": "progress", "progress": event}))
     mode = job["mode"]
     if mode == Mode.PROFILE:

@@ -152,8 +152,12 @@ def _require_int(name: str, value: object) -> int:
     return value
 
 
-def generate_input(batch: int, n: int, cond: int, seed: int, case: str = "dense") -> torch.Tensor:
-    """A contiguous ``batch x n x n`` float32 input on the default device, as the contest makes it."""
+def generate_input(
+    batch: int, n: int, cond: int, seed: int, case: str = "dense", device: torch.device | str | None = None
+) -> torch.Tensor:
+    """A contiguous ``batch x n x n`` float32 input on ``device`` (default: :func:`default_device`), as the
+    contest makes it there. A run on the CPU of a machine with a GPU passes the CPU: its inputs are the
+    CPU's, as a CPU-only machine makes them."""
     batch, n, cond, seed = (
         _require_int(k, v) for k, v in (("batch", batch), ("n", n), ("cond", cond), ("seed", seed))
     )
@@ -169,7 +173,7 @@ def generate_input(batch: int, n: int, cond: int, seed: int, case: str = "dense"
     if key not in CASES:
         raise ValueError(f"unknown QR test case: {case!r} (known: {', '.join(CASES)})")
 
-    device = default_device()
+    device = default_device() if device is None else torch.device(device)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     a = torch.randn((batch, n, n), device=device, dtype=_F32, generator=gen)

@@ -21,14 +21,16 @@ from pathlib import Path
 import pytest
 import torch
 
+import reference.inputs
+from evaluator.contestant import resolve_contestant
 from evaluator.delivery import deliver, received
 from evaluator.handover import HandoverArena, _allocator_settings, _ipc_segments, _set_allocator_settings
 from evaluator.hardening.channel import ChannelError
 from evaluator.hardening.containment import alone
 from evaluator.measure.witness import ParentClock
 from evaluator.results import CaseResult
-from evaluator.runner import StagePlan, _Collector
-from evaluator.shapes import Case, ShapeSet
+from evaluator.runner import RunOptions, StagePlan, _Collector, run_contestant
+from evaluator.shapes import Case, ShapeSet, load_shapes
 from evaluator.worker import _await_command
 from reference.checker import verdict
 from reference.inputs import generate_input
@@ -202,3 +204,14 @@ def test_the_worker_waits_awake_only_until_a_command_or_its_bound() -> None:
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+def test_a_cpu_run_makes_its_inputs_on_the_cpu_whatever_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent makes and checks a run's inputs on the run's device: on a machine with a GPU,
+    where the generator's default device is CUDA, a ``--device cpu`` run once made CUDA inputs and
+    failed every case comparing them with the CPU worker's. Here the default is a device nothing
+    can run on, so an input made there fails the run."""
+    monkeypatch.setattr(reference.inputs, "default_device", lambda: torch.device("meta"))
+    shapes = load_shapes(Path(__file__).parent / "shapes_tiny.yaml")
+    run = run_contestant(resolve_contestant("geqrf"), "benchmark", shapes, RunOptions(device="cpu", precheck=False))
+    assert run.passed, [(c.case.label, c.message) for s in run.stages for c in s.cases]

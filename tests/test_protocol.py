@@ -157,7 +157,7 @@ def test_fresh_content_is_drawn_per_matrix(kind: str) -> None:
     """A repeat's fresh inputs come from one batched draw where each matrix is drawn alone, one
     draw per input for ``mixed``; either way every input has its case's form and new content."""
     case = replace(CASE, batch=3, case=kind)
-    inputs = protocol.CaseInputs(case, 4, fresh=True)
+    inputs = protocol.CaseInputs(case, 4, fresh=True, device=torch.device("cpu"))
     first = [t.clone() for t in inputs.pristine]
     inputs.refresh()
     assert [t.shape for t in inputs.pristine] == [torch.Size((3, 8, 8))] * 4
