@@ -22,6 +22,8 @@ from reference.householder import householder_q  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
 
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+# Interpreted on the CPU; on a machine with a GPU the same tests run the compiled kernels there.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 NAMES = ("a_norm", "factor", "triangular", "orthogonality", "reconstruction")
 
@@ -50,12 +52,12 @@ def _assert_match(a: torch.Tensor, h: torch.Tensor, q: torch.Tensor, rtol: float
 def test_norms_match_float64_torch_products(batch: int, n: int, spoil: float) -> None:
     """Honest factors leave residuals of rounding size, where float64 summation order shows at
     about 1e-10 relative; spoiled ones test every tile's and slot's share exactly."""
-    a, h, q = _factors(batch, n, "cpu", spoil)
+    a, h, q = _factors(batch, n, DEVICE, spoil)
     _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
 
 
 def test_without_reconstruction_the_other_norms_are_unchanged() -> None:
-    a, h, q = _factors(2, 40, "cpu", 1e-3)
+    a, h, q = _factors(2, 40, DEVICE, 1e-3)
     full = residual_norms(a, h, q)
     gates = residual_norms(a, h, q, reconstruction=False)
     assert gates[4] is None

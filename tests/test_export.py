@@ -42,7 +42,8 @@ torch.save(outputs, sys.argv[2])
 
 
 def _inputs() -> list[torch.Tensor]:
-    return [generate_input(2, 8, 1, 1), generate_input(2, 40, 2, 2, "mixed"), generate_input(2, 24, 0, 3, "rankdef")]
+    specs = ((2, 8, 1, 1, "dense"), (2, 40, 2, 2, "mixed"), (2, 24, 0, 3, "rankdef"))
+    return [generate_input(*spec, device="cpu") for spec in specs]  # the child moves each to its device
 
 
 def test_exported_blocked_wy_runs_standalone(tmp_path: Path) -> None:

@@ -145,11 +145,12 @@ def test_kernelguard_without_a_verdict_fails_closed(
 
 def test_kernelguard_installed_without_its_script_runs_through_the_interpreter(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package on the path whose console script is nowhere (``pip install --target``): the gate
-    runs it through this interpreter instead of refusing every file as unchecked."""
+    """A package on the path whose console script is not beside the interpreter (``pip install
+    --target``): the gate runs it through this interpreter instead of refusing every file as
+    unchecked, or running a script on PATH that may be another environment's."""
     interpreter = sys.executable
     monkeypatch.delenv("KERNELGUARD_COMMAND", raising=False)
-    monkeypatch.setattr(precheck.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(precheck.shutil, "which", lambda _name: "/elsewhere/bin/kernelguard")
     monkeypatch.setattr(precheck.sys, "executable", str(tmp_path / "python"))  # no script beside it
     assert precheck._kernelguard_command() == [str(tmp_path / "python"), "-c", precheck.RUN_IMPORTED_KERNELGUARD]
     done = subprocess.run([interpreter, "-c", precheck.RUN_IMPORTED_KERNELGUARD, "--api-mode"],

@@ -193,18 +193,20 @@ RUN_IMPORTED_KERNELGUARD = "import sys; from kernelguard import main; sys.exit(m
 
 def _kernelguard_command() -> list[str]:
     """``KERNELGUARD_COMMAND`` (as the service reads it), else the one beside this interpreter, else
-    PATH's, else the package this interpreter imports."""
+    the package this interpreter imports, else PATH's. The package before PATH: its version is the
+    one the record states (:func:`_installed_version`), where a script on PATH may belong to another
+    environment, or to a ``pip install --target`` whose modules its own interpreter cannot import."""
     configured = os.environ.get("KERNELGUARD_COMMAND", "").strip()
     if configured:
         return shlex.split(configured)
     beside = Path(sys.executable).parent / "kernelguard"
     if beside.is_file():
         return [str(beside)]
+    if find_spec("kernelguard") is not None:
+        return [sys.executable, "-c", RUN_IMPORTED_KERNELGUARD]
     found = shutil.which("kernelguard") or shutil.which("kguard")
     if found is not None:
         return [found]
-    if find_spec("kernelguard") is not None:
-        return [sys.executable, "-c", RUN_IMPORTED_KERNELGUARD]
     raise KernelguardUnavailable("kernelguard is not installed (not beside the interpreter, not on PATH, "
                                  "not importable)")
 
