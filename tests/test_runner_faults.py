@@ -47,17 +47,18 @@ def test_os_exit_is_a_crash_with_its_code() -> None:
 def test_hang_is_stopped_at_the_time_limit_naming_the_case_and_the_clock_ticks() -> None:
     events: list[tuple[float, dict]] = []
     run = run_contestant(resolve_contestant(FIXTURES / "hangs.py"), "test", TINY,
-                         RunOptions(device="cpu", timeout_scale=0.25),
+                         RunOptions(device="cpu", timeout_scale=0.5),
                          on_progress=lambda _stage, e: events.append((time.monotonic(), e)))
     assert run.status == "timeout"
     stage = run.stages[0]
-    assert "exceeded the 5 s limit of test mode while running case 1/2 (2x8)" in stage.reason
+    assert "exceeded the 10 s limit of test mode while running case 1/2 (2x8)" in stage.reason
     assert [c.status for c in stage.cases] == ["timeout", "skipped"]  # the hung case, then the one never reached
     assert stage.cases[0].message == stage.reason
     started = next(t for t, e in events if e == {"event": "case", "index": 0, "count": 2, "label": "2x8"})
     ticks = [t for t, e in events if e["event"] == "wait" and t > started]
     # One per silent second of the hang (a progress line keeps its clock going); the hang's share of
-    # the 5 s is what the worker's start left (longer where torch finds CUDA libraries to load).
+    # the 10 s is what the worker's start left (4.6 s of a 5 s limit on a loaded H200 machine, where
+    # torch finds CUDA libraries to load).
     assert ticks, "no progress line during the hang"
     assert len(ticks) >= int(ticks[-1] - started) >= 1
 
