@@ -21,7 +21,7 @@ from reference_kernels.blocked_wy.column_steps import (
     two_columns_top,
 )
 from reference_kernels.blocked_wy.launch import INTERPRETED, Launch, launch, pow2_at_least
-from reference_kernels.blocked_wy.source import SourceAt
+from reference_kernels.blocked_wy.source import SourceAt, _base
 
 __all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
 
@@ -128,16 +128,6 @@ def _panel_kernel(
         t_rows = cols[:, None]
         t_mask = (t_rows < W) & (c2 < W)
         tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
-
-
-def _base(view: torch.Tensor | SourceAt) -> tuple[torch.Tensor, int]:
-    """The view's storage from element 0 (an allocation, so aligned), and the view's offset into it;
-    for a :class:`SourceAt`, the int64 holding the storage's address."""
-    if isinstance(view, SourceAt):
-        return view.address, view.offset
-    if view.storage_offset() == 0:
-        return view, 0  # the kernel reads only the address: no new view needed (host time)
-    return view.as_strided((1,), (1,), 0), view.storage_offset()
 
 
 def _rows_aligned(*views: torch.Tensor | SourceAt) -> bool:

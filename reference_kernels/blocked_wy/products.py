@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import _base, _rows_aligned, matrix_start
+from reference_kernels.blocked_wy.kernels import _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
-from reference_kernels.blocked_wy.source import SourceAt, storage
+from reference_kernels.blocked_wy.source import SourceAt, _base, storage
 
 __all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_subtract", "wy_update"]
 

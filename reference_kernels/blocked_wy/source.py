@@ -44,6 +44,16 @@ class SourceAt:
         return self.offset
 
 
+def _base(view: torch.Tensor | SourceAt) -> tuple[torch.Tensor, int]:
+    """The view's storage from element 0 (an allocation, so aligned), and the view's offset into it;
+    for a :class:`SourceAt`, the int64 holding the storage's address."""
+    if isinstance(view, SourceAt):
+        return view.address, view.offset
+    if view.storage_offset() == 0:
+        return view, 0  # the kernel reads only the address: no new view needed (host time)
+    return view.as_strided((1,), (1,), 0), view.storage_offset()
+
+
 def columns(src: torch.Tensor | SourceAt, start: int, stop: int | None = None) -> torch.Tensor | SourceAt:
     """``src[:, :, start:stop]``, for a tensor or a :class:`SourceAt`."""
     if isinstance(src, torch.Tensor):
@@ -86,9 +96,8 @@ def copy_columns(dst: torch.Tensor, src: torch.Tensor | SourceAt) -> None:
         raise ValueError(f"copy_columns: dst {tuple(dst.shape)} {dst.stride()} against {src}")
     block_n = max(16, triton.next_power_of_2(ncols))
     block_m = max(1, 4096 // block_n)
-    dst_base = dst if dst.storage_offset() == 0 else dst.as_strided((1,), (1,), 0)
     _copy_kernel[(ceil_div(m, block_m), batch)](
-        src.address, src.offset, dst_base, dst.storage_offset(), dst.stride(0), dst.stride(1), m, ncols,
+        *_base(src), *_base(dst), dst.stride(0), dst.stride(1), m, ncols,
         BM=block_m, BN=block_n, AT_ADDRESS=True, num_warps=4,
     )  # fmt: skip
 

@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.kernels import _base
 from reference_kernels.blocked_wy.launch import ceil_div
+from reference_kernels.blocked_wy.source import _base
 
 __all__ = ["fp32_precision", "split_tf32", "split_tf32_subtract"]
 
