@@ -28,6 +28,7 @@ import reference_kernels.blocked_wy.kernels as kernels  # noqa: E402
 import reference_kernels.blocked_wy.launch as launching  # noqa: E402
 import reference_kernels.blocked_wy.products as products  # noqa: E402
 import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
+import reference_kernels.blocked_wy.tail as tail  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
 from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
@@ -144,6 +145,95 @@ def test_an_input_read_at_its_address_factors_bit_for_bit_as_the_tensor(n: int, 
     assert torch.equal(outs[0][0], outs[1][0])
     assert torch.equal(outs[0][1], outs[1][1])
     _check(a, outs[1])
+
+
+# ---- trimmed tails: trailing columns too small for the factor gate (tail.py) ----------------------
+
+# Plans that trim: the in-place Triton update, and a library update (its input copied first).
+TRIM_PLANS = [
+    Plan(nb=16, leaf=8, whole_max=0, update="tf32x3", inner="triton", trim=True),
+    Plan(nb=16, leaf=16, whole_max=0, update="torch", trim=True),
+]
+
+
+def _with_tail(n: int, kept: int, size: float, seed: int) -> torch.Tensor:
+    """Two dense n x n matrices whose columns from ``kept`` on are made to reach the residual bound
+    of tail.py: each is ``size * ratio * ||A||_1`` long (column 0, ten times the others, sets
+    ||A||_1, and the scan reads it first) and lies along ``Q u``, u flat, Q the first ``kept``
+    columns' reflectors: ``Q^T a_j`` then spreads evenly over every row, so its 1-norm is the
+    whole ``sqrt(n) ||a_j||_2`` the bound allows for."""
+    a = generate_input(2, n, 0, seed, "dense", device="cpu").to(torch.float64)
+    a[:, :, 0] *= 10.0
+    h, tau = torch.geqrf(a)
+    q = torch.linalg.householder_product(h, torch.cat([tau[:, :kept], tau.new_zeros(2, n - kept)], dim=1))
+    coin = torch.rand(2, n, n - kept, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    flat = q @ ((2.0 * (coin < 0.5).double() - 1.0) / n**0.5)  # unit columns
+    norm = torch.linalg.matrix_norm(a[:, :, :kept], ord=1)
+    a[:, :, kept:] = flat * (size * tail.negligible_ratio(n) * norm)[:, None, None]
+    return a.to(torch.float32).to(DEVICE)
+
+
+@pytest.mark.parametrize(
+    ("case", "kept"),
+    [("dense", 64), ("rankdef", 48), ("clustered", 48), ("nearrank", 64), ("mixed", 64), ("upper", 64)],
+)
+def test_the_scan_keeps_every_column_that_counts(case: str, kept: int) -> None:
+    """n = 64, blocks of 16 columns: rankdef's last quarter is zero; clustered's columns from 34 on
+    are at 4 eps (30 to 33 at sqrt(eps) count: the block of 32-47 stays); nearrank's last columns
+    are copies of its first, mixed holds dense matrices, upper's last column is its largest. The
+    width is rounded up to the plan's panels."""
+    a = generate_input(3, 64, 0, 4000, case).to(DEVICE)
+    assert tail.kept_columns(a, 1) == kept
+    assert tail.kept_columns(a, 16) == -(-kept // 16) * 16
+    assert tail.kept_columns(a, 40) == (64 if kept > 40 else 40)  # never past n
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf - inf
+def test_the_scan_counts_zero_and_non_finite_matrices() -> None:
+    zero = torch.zeros(2, 40, 40, device=DEVICE)
+    assert tail.kept_columns(zero, 1) == 0
+    for bad in (float("nan"), float("inf")):
+        a = torch.zeros(2, 40, 40, device=DEVICE)
+        a[1, 5, 0] = bad  # a first column that is not finite: every column counts
+        assert tail.kept_columns(a, 1) == 40
+        a[1, 5, 0] = 1.0
+        a[0, 7, 39] = bad  # a last column that is not finite counts
+        assert tail.kept_columns(a, 1) == 40
+
+
+@pytest.mark.parametrize("size", [0.9, 1.1])
+def test_a_column_is_left_out_only_within_the_bound(size: float) -> None:
+    """Columns at 0.9 of the bound are left out, and the factor gate's residual they leave is
+    nearly the whole SHARE it allows (the bound is tight); at 1.1 they are factored."""
+    a = _with_tail(64, 48, size, 4100)
+    assert tail.kept_columns(a, 1) == (48 if size < 1 else 64)
+    h, tau = _factor_and_check(a, plan=TRIM_PLANS[0])
+    residual = verdict(a, (h, tau)).diagnostics["scaled_factor_residual"]
+    if size < 1:
+        assert 0.5 * tail.SHARE < residual <= tail.SHARE
+        assert torch.all(h[:, :, 48:] == 0)
+        assert torch.all(tau[:, 48:] == 0)
+    else:
+        assert residual < 0.1
+
+
+@pytest.mark.parametrize("plan", TRIM_PLANS, ids=["tf32x3", "torch"])
+@pytest.mark.parametrize("case", ["rankdef", "clustered", "dense"])
+def test_a_trimmed_factorisation(case: str, plan: Plan) -> None:
+    """The kept columns factored as the whole factorisation factors them, the rest zero with
+    tau = 0; rankdef's left-out columns are zero, so its trimmed output is the untrimmed one's."""
+    a = generate_input(2, 64, 0, 4200, case).to(DEVICE)
+    kept = tail.kept_columns(a, plan.nb)
+    h, tau = _factor_and_check(a, plan=plan)
+    whole_h, whole_tau = qr(a, plan=replace(plan, trim=False))
+    torch.testing.assert_close(h[:, :, :kept], whole_h[:, :, :kept], rtol=0, atol=1e-5)
+    torch.testing.assert_close(tau[:, :kept], whole_tau[:, :kept], rtol=0, atol=1e-5)
+    assert torch.all(h[:, :, kept:] == 0)
+    assert torch.all(tau[:, kept:] == 0)
+    if case == "rankdef":
+        assert kept == 48
+        assert torch.equal(h, whole_h)
+        assert torch.equal(tau, whole_tau)
 
 
 def test_fused_tiles_need_the_triton_update() -> None:

@@ -31,6 +31,7 @@ PLAN_AXES: dict[str, tuple[Value, ...]] = {
     "two_columns": _ON_OFF,
     "panel_warps": (None, 1, 2, 4, 8, 16),
     "graph": _ON_OFF,
+    "trim": _ON_OFF,
     "project_bm": (16, 32, 64, 128),
     "block_n": (32, 64, 128),
     "subtract_bm": (32, 64, 128),

@@ -11,6 +11,7 @@ of the contest export. Must run where the interpreter has not run (TRITON_INTERP
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +22,7 @@ import reference_kernels.blocked_wy.kernels as kernels
 import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.source as source
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
+import reference_kernels.blocked_wy.tail as tail
 from reference_kernels.blocked_wy.qr import READS_INPUT_IN_PLACE, Plan, _factor_in_place, qr
 
 __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
@@ -35,6 +37,7 @@ _KERNELS = (
     (products, "_leaf_apply_kernel"),
     (split_tf32, "_split_kernel"),
     (source, "_copy_kernel"),
+    (tail, "_tail_kernel"),
 )
 
 
@@ -91,12 +94,16 @@ def record_calls(run: Callable[[], object], kernels: Iterable[tuple[ModuleType, 
 
 def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
     """The distinct launches of ``qr`` on (batch, n) shapes with the given plans, eager and, where
-    the plan's graph reads its input in place, as that graph captures them."""
+    the plan's graph reads its input in place, as that graph captures them; a trimming plan's scan
+    is recorded on its own (its answer cannot be read back from a meta tensor) and the
+    factorisation as if nothing were trimmed."""
 
     def run() -> None:
         for (batch, n), plan in calls:
             a = torch.empty(batch, n, n, device="meta")
-            qr(a, plan=plan, graph=False)
+            if plan.trim:
+                tail.scan(a)
+            qr(a, plan=replace(plan, trim=False), graph=False)
             if n > plan.whole_max and plan.update in READS_INPUT_IN_PLACE:
                 address = torch.empty(1, dtype=torch.int64, device="meta")
                 _factor_in_place(torch.empty_like(a), a.new_empty(batch, n), plan, source.SourceAt.of(address, a))

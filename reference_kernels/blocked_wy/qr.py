@@ -26,6 +26,7 @@ from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, fact
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
+from reference_kernels.blocked_wy.tail import kept_columns
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -76,6 +77,9 @@ class Plan:
       own around ``qr`` passes False), which copies the input into its buffers and the outputs out;
       without it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the
       input copy into the first update.
+    - ``trim``: first scan the batch for trailing columns too small for the factor gate to see
+      (:mod:`.tail`) and factor only the columns before them, leaving the rest zero with tau = 0;
+      one host synchronisation per call (a caller capturing a graph of its own passes False).
     """
 
     nb: int
@@ -89,6 +93,7 @@ class Plan:
     panel_warps: int | None = None
     tiles: UpdateTiles = DEFAULT_TILES
     graph: bool = True
+    trim: bool = False
 
     def __post_init__(self) -> None:
         for name in ("nb", "leaf"):
@@ -139,7 +144,11 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for the mixed
     # update, §W11). nb 32: paired blocks give 0.958 [0.957, 0.959] of nb 64's time on the four 640x512
     # cases (reports/h200/2026-12-03-blocked_wy-compare-nb32-512.md; the other widths, §W12).
-    (1023, Plan(nb=32, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64)),
+    # Trimmed tails (tail.py; §W16): paired blocks against the same plan untrimmed, 640x512
+    # rankdef 0.816 and clustered 0.656 of its time, dense and mixed 1.034-1.036 (the scan and its
+    # host synchronisation); on at 512 only: at 1024 and up it costs 1.5-5% on every qr_v2 case and
+    # gains on none (reports/h200/2026-12-03-blocked_wy-compare-trim.md).
+    (1023, Plan(nb=32, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64, trim=True)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
     # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
     # 5.76 for two launches, §W11). Ranked 5.18 ms. Sweep: eight warps 5.04 and 5.13 ms (two runs of the
@@ -245,9 +254,16 @@ def _factor_block(
 
 
 def _factor_in_place(
-    h: torch.Tensor, tau: torch.Tensor, plan: Plan, src: torch.Tensor | SourceAt | None = None
+    h: torch.Tensor,
+    tau: torch.Tensor,
+    plan: Plan,
+    src: torch.Tensor | SourceAt | None = None,
+    width: int | None = None,
 ) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
+
+    With ``width`` < n only the first ``width`` columns are factored (and updated); the rest are
+    set to zero with tau = 0, identity reflectors (:mod:`.tail` says when the checker cannot tell).
 
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The updates
     of ``TRITON_SUBTRACTION`` read the first trailing block straight from ``src`` (only the first panel's
@@ -257,28 +273,32 @@ def _factor_in_place(
     ``READS_INPUT_IN_PLACE``.
     """
     n = h.shape[-1]
+    width = n if width is None else width
+    if width < n:
+        h[:, :, width:].zero_()
+        tau[:, width:].zero_()
     if src is not None and plan.update not in TRITON_SUBTRACTION:
-        h.copy_(src)
+        h[:, :, :width].copy_(columns(src, 0, width))
         src = None
-    for j0 in range(0, n, plan.nb):
-        j1 = min(j0 + plan.nb, n)
+    for j0 in range(0, width, plan.nb):
+        j1 = min(j0 + plan.nb, width)
         if src is not None and j0 == 0:
             copy_columns(h[:, :, :j1], columns(src, 0, j1))
-        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n)
-        if j1 < n:
-            first = columns(src, j1) if src is not None and j0 == 0 else None
-            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles)
+        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < width)
+        if j1 < width:
+            first = columns(src, j1, width) if src is not None and j0 == 0 else None
+            _apply_qt(h[:, j0:, j1:width], v, t, plan.update, first, plan.tiles)
 
 
 class _GraphedQR:
-    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call.
+    """A blocked factorisation captured once for a fixed (shape, device, plan, kept width), replayed per call.
 
     With an update of ``READS_INPUT_IN_PLACE`` the graph reads each call's input where it lies
     (:mod:`.source`: its address is set before the replay); otherwise the input is copied into the
     graph's buffer first. The outputs are copied out either way: the caller gets fresh tensors.
     """
 
-    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
+    def __init__(self, like: torch.Tensor, plan: Plan, width: int) -> None:
         self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
         self.address = like.new_empty(1, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
@@ -286,10 +306,10 @@ class _GraphedQR:
         # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
         # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
         self._take(like)
-        _factor_in_place(self.h, self.tau, plan, src)
+        _factor_in_place(self.h, self.tau, plan, src, width)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_in_place(self.h, self.tau, plan, src)
+            _factor_in_place(self.h, self.tau, plan, src, width)
 
     def _take(self, a: torch.Tensor) -> None:
         """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself)."""
@@ -306,7 +326,7 @@ class _GraphedQR:
         return self.h.clone(), self.tau.clone()
 
 
-_GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan], _GraphedQR] = {}
+_GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan, int], _GraphedQR] = {}
 
 
 def clear_graphs() -> None:
@@ -314,17 +334,18 @@ def clear_graphs() -> None:
     _GRAPHS.clear()
 
 
-def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (tuple(a.shape), a.device, plan)
+def _graphed(a: torch.Tensor, plan: Plan, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (tuple(a.shape), a.device, plan, width)
     with torch.cuda.device(a.device):
         if key not in _GRAPHS:
-            _GRAPHS[key] = _GraphedQR(a, plan)
+            _GRAPHS[key] = _GraphedQR(a, plan, width)
         return _GRAPHS[key](a)
 
 
 # The Plan fields qr's keyword arguments override, in the order of its signature.
 OVERRIDES = (
     "nb", "leaf", "whole_max", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps", "graph",
+    "trim",
 )
 
 
@@ -342,6 +363,7 @@ def qr(
     two_columns: bool | None = None,
     panel_warps: int | None = None,
     graph: bool | None = None,
+    trim: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
@@ -352,7 +374,7 @@ def qr(
     require_square_batch(a)
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
-    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph)
+    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph, trim)
     if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
         plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:
@@ -362,9 +384,10 @@ def qr(
     if n <= plan.whole_max:
         return factor_matrices(a, plan.one_reduction, plan.panel_warps, plan.two_columns)
     with ieee_fp32():
+        width = kept_columns(a, plan.nb) if plan.trim else n
         if plan.graph and a.is_cuda:
-            return _graphed(a, plan)
+            return _graphed(a, plan, width)
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        _factor_in_place(h, tau, plan, src=a)
+        _factor_in_place(h, tau, plan, src=a, width=width)
         return h, tau
