@@ -140,7 +140,7 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # Sweep: four warps 0.491 ms, two 2.2 ms, eight 0.623 ms.
     (511, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(fused=True))),
-    # 640x512: leaves of 16 (§W3), two panel warps (7.99 vs 8.16 ms, §W4), the top tile (7.93 vs 8.01,
+    # 640x512: the top tile (7.93 vs 8.01,
     # §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for the mixed
     # update, §W11). nb 32: paired blocks give 0.958 [0.957, 0.959] of nb 64's time on the four 640x512
     # cases (reports/h200/2026-12-03-blocked_wy-compare-nb32-512.md; the other widths, §W12).
@@ -148,7 +148,10 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # rankdef 0.816 and clustered 0.656 of its time, dense and mixed 1.034-1.036 (the scan and its
     # host synchronisation); on at 512 only: at 1024 and up it costs 1.5-5% on every qr_v2 case and
     # gains on none (reports/h200/2026-12-03-blocked_wy-compare-trim.md).
-    (1023, Plan(nb=32, leaf=16, update="tf32x3", panel_warps=2, tiles=FUSED_ROWS_64, trim=True)),
+    # One leaf per panel (leaf 32) at four panel warps, no leaf products: paired blocks 0.957-0.980
+    # of leaves of 16 at two warps on three 640x512 cases, mixed the same (1.0 within its interval);
+    # at eight and sixteen warps slower (reports/h200/2026-12-04-blocked_wy-compare-leaf32.md, §W17).
+    (1023, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4, tiles=FUSED_ROWS_64, trim=True)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
     # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
     # 5.76 for two launches, §W11). Ranked 5.18 ms. Sweep: eight warps 5.04 and 5.13 ms (two runs of the
