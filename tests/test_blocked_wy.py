@@ -149,11 +149,16 @@ def test_an_input_read_at_its_address_factors_bit_for_bit_as_the_tensor(n: int, 
 
 # ---- trimmed tails: trailing columns too small for the factor gate (tail.py) ----------------------
 
-# Plans that trim: the in-place Triton update, and a library update (its input copied first).
+# Plans that trim: the fused tf32x3 update, one leaf per panel; panels of 16 (a kept width of 48
+# ends on a panel) and of 32 (its panel 32-63 straddles it).
 TRIM_PLANS = [
-    Plan(nb=16, leaf=8, whole_max=0, update="tf32x3", inner="triton", trim=True),
-    Plan(nb=16, leaf=16, whole_max=0, update="torch", trim=True),
+    Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True),
+    Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True),
 ]
+
+
+def _widths(a: torch.Tensor) -> list[int]:
+    return tail.kept_widths(a).tolist()
 
 
 def _with_tail(n: int, kept: int, size: float, seed: int) -> torch.Tensor:
@@ -175,30 +180,37 @@ def _with_tail(n: int, kept: int, size: float, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("case", "kept"),
-    [("dense", 64), ("rankdef", 48), ("clustered", 48), ("nearrank", 64), ("mixed", 64), ("upper", 64)],
+    [("dense", 64), ("rankdef", 48), ("clustered", 48), ("nearrank", 64), ("upper", 64)],
 )
 def test_the_scan_keeps_every_column_that_counts(case: str, kept: int) -> None:
-    """n = 64, blocks of 16 columns: rankdef's last quarter is zero; clustered's columns from 34 on
-    are at 4 eps (30 to 33 at sqrt(eps) count: the block of 32-47 stays); nearrank's last columns
-    are copies of its first, mixed holds dense matrices, upper's last column is its largest. The
-    width is rounded up to the plan's panels."""
-    a = generate_input(3, 64, 0, 4000, case).to(DEVICE)
-    assert tail.kept_columns(a, 1) == kept
-    assert tail.kept_columns(a, 16) == -(-kept // 16) * 16
-    assert tail.kept_columns(a, 40) == (64 if kept > 40 else 40)  # never past n
+    """n = 64, blocks of 16 columns, per matrix: rankdef's last quarter is zero; clustered's columns
+    from 34 on are at 4 eps (30 to 33 at sqrt(eps) count: the block of 32-47 stays); nearrank's
+    last columns are copies of its first, upper's last column is its largest."""
+    assert _widths(generate_input(3, 64, 0, 4000, case).to(DEVICE)) == [kept] * 3
+
+
+def test_the_scan_gives_each_matrix_of_a_batch_its_own_width() -> None:
+    """A batch of a rankdef, a dense and a clustered matrix, and a mixed batch: each matrix's
+    width is the one it has alone."""
+    parts = [generate_input(1, 64, 0, 4000 + k, case) for k, case in enumerate(("rankdef", "dense", "clustered"))]
+    assert _widths(torch.cat(parts).to(DEVICE)) == [48, 64, 48]
+    mixed = generate_input(12, 64, 0, 4010, "mixed").to(DEVICE)
+    widths = _widths(mixed)
+    assert widths == [_widths(mixed[i : i + 1])[0] for i in range(12)]
+    assert min(widths) < 64 == max(widths)  # this seed draws matrices of both kinds
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's inf - inf
 def test_the_scan_counts_zero_and_non_finite_matrices() -> None:
-    zero = torch.zeros(2, 40, 40, device=DEVICE)
-    assert tail.kept_columns(zero, 1) == 0
+    """n = 40: a width of 48 (three whole blocks) keeps every column."""
+    assert _widths(torch.zeros(2, 40, 40, device=DEVICE)) == [0, 0]
     for bad in (float("nan"), float("inf")):
         a = torch.zeros(2, 40, 40, device=DEVICE)
         a[1, 5, 0] = bad  # a first column that is not finite: every column counts
-        assert tail.kept_columns(a, 1) == 40
+        assert _widths(a) == [0, 48]
         a[1, 5, 0] = 1.0
         a[0, 7, 39] = bad  # a last column that is not finite counts
-        assert tail.kept_columns(a, 1) == 40
+        assert _widths(a) == [48, 16]
 
 
 @pytest.mark.parametrize("size", [0.9, 1.1])
@@ -206,7 +218,7 @@ def test_a_column_is_left_out_only_within_the_bound(size: float) -> None:
     """Columns at 0.9 of the bound are left out, and the factor gate's residual they leave is
     nearly the whole SHARE it allows (the bound is tight); at 1.1 they are factored."""
     a = _with_tail(64, 48, size, 4100)
-    assert tail.kept_columns(a, 1) == (48 if size < 1 else 64)
+    assert _widths(a) == ([48, 48] if size < 1 else [64, 64])
     h, tau = _factor_and_check(a, plan=TRIM_PLANS[0])
     residual = verdict(a, (h, tau)).diagnostics["scaled_factor_residual"]
     if size < 1:
@@ -217,23 +229,47 @@ def test_a_column_is_left_out_only_within_the_bound(size: float) -> None:
         assert residual < 0.1
 
 
-@pytest.mark.parametrize("plan", TRIM_PLANS, ids=["tf32x3", "torch"])
-@pytest.mark.parametrize("case", ["rankdef", "clustered", "dense"])
+@pytest.mark.parametrize("plan", TRIM_PLANS, ids=["nb16", "nb32"])
+@pytest.mark.parametrize("case", ["rankdef", "clustered", "dense", "mixed"])
 def test_a_trimmed_factorisation(case: str, plan: Plan) -> None:
-    """The kept columns factored as the whole factorisation factors them, the rest zero with
-    tau = 0; rankdef's left-out columns are zero, so its trimmed output is the untrimmed one's."""
-    a = generate_input(2, 64, 0, 4200, case).to(DEVICE)
-    kept = tail.kept_columns(a, plan.nb)
+    """Each matrix's kept columns come out bit for bit as the whole factorisation gives them (a
+    column's factorisation reads no column after it), the rest zero with tau = 0; rankdef's
+    left-out columns are zero, so its whole output is the untrimmed one's."""
+    a = generate_input(4, 64, 0, 4200, case).to(DEVICE)
     h, tau = _factor_and_check(a, plan=plan)
     whole_h, whole_tau = qr(a, plan=replace(plan, trim=False))
-    torch.testing.assert_close(h[:, :, :kept], whole_h[:, :, :kept], rtol=0, atol=1e-5)
-    torch.testing.assert_close(tau[:, :kept], whole_tau[:, :kept], rtol=0, atol=1e-5)
-    assert torch.all(h[:, :, kept:] == 0)
-    assert torch.all(tau[:, kept:] == 0)
+    for i, kept in enumerate(_widths(a)):
+        assert torch.equal(h[i, :, :kept], whole_h[i, :, :kept])
+        assert torch.equal(tau[i, :kept], whole_tau[i, :kept])
+        assert torch.all(h[i, :, kept:] == 0)
+        assert torch.all(tau[i, kept:] == 0)
     if case == "rankdef":
-        assert kept == 48
         assert torch.equal(h, whole_h)
         assert torch.equal(tau, whole_tau)
+
+
+@pytest.mark.parametrize("plan", TRIM_PLANS, ids=["nb16", "nb32"])
+def test_a_trimmed_factorisation_writes_every_output(plan: Plan) -> None:
+    """Buffers that held a dense factorisation (as a graph's do from its last replay) then take a
+    rankdef one: what the skipped panels and strips would have written is zero all the same."""
+    dense, rankdef = generate_input(2, 64, 0, 4300, "dense").to(DEVICE), generate_input(2, 64, 0, 4301, "rankdef")
+    h, tau = torch.empty_like(dense), dense.new_empty(2, 64)
+    with ieee_fp32():
+        _factor_in_place(h, tau, plan, dense)
+        _factor_in_place(h, tau, plan, rankdef.to(DEVICE))
+    want_h, want_tau = qr(rankdef.to(DEVICE), plan=plan)
+    assert torch.equal(h, want_h)
+    assert torch.equal(tau, want_tau)
+
+
+def test_trimming_needs_the_kernels_that_read_the_widths() -> None:
+    fused = products.UpdateTiles(fused=True)
+    for plan in ({"update": "torch"}, {"update": "tf32x3"}, {"update": "tf32x3", "tiles": fused, "leaf": 8}):
+        with pytest.raises(ValueError, match="trim needs the fused tf32x3 update and one leaf per panel"):
+            Plan(nb=16, **{"leaf": 16, **plan}, trim=True)
+    tall = torch.randn(1, 1040, 1040, generator=torch.Generator().manual_seed(0)).to(DEVICE)  # leaves of 16
+    with pytest.raises(ValueError, match="a trimmed panel must be one leaf: 1040 x 32 takes leaves of 16"):
+        qr(tall, plan=TRIM_PLANS[1])
 
 
 def test_fused_tiles_need_the_triton_update() -> None:
@@ -504,6 +540,22 @@ def test_graphed_call_matches_eager() -> None:
     a = generate_input(8, 512, 2, 5, "mixed")
     for graphed, eager in zip(qr(a), qr(a, graph=False), strict=True):
         torch.testing.assert_close(graphed, eager, rtol=0, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_trimming_graph_takes_inputs_of_every_width() -> None:
+    """At 512 the plan trims inside its graph: one graph replayed on rankdef, dense, clustered and
+    mixed inputs in turn (its buffers hold the last input's factorisation each time) gives what
+    the eager launches give, and each matrix's columns past its width are zero with tau = 0."""
+    for case in ("rankdef", "dense", "clustered", "mixed", "rankdef"):
+        a = generate_input(8, 512, 0, 5, case)
+        (h, tau), (eager_h, eager_tau) = qr(a), qr(a, graph=False)
+        torch.testing.assert_close(h, eager_h, rtol=0, atol=1e-5)
+        torch.testing.assert_close(tau, eager_tau, rtol=0, atol=1e-5)
+        for i, kept in enumerate(tail.kept_widths(a).tolist()):
+            assert torch.all(h[i, :, kept:] == 0)
+            assert torch.all(tau[i, kept:] == 0)
+        _check(a, (h, tau))
 
 
 @pytest.mark.gpu

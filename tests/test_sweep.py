@@ -107,10 +107,10 @@ def test_the_reference_kernels_lay_their_knobs_over_their_own_plans() -> None:
 
     try:
         assert wy.configured_plan(512) is None  # unconfigured: qr picks its own plan
-        wy.configure(panel_warps=4, two_columns=False, fused=False)
+        wy.configure(panel_warps=2, two_columns=True, stages=2)
         own = default_plan(512)
-        assert wy.configured_plan(512) == replace(own, panel_warps=4, two_columns=False,
-                                                  tiles=replace(own.tiles, fused=False))
+        assert wy.configured_plan(512) == replace(own, panel_warps=2, two_columns=True,
+                                                  tiles=replace(own.tiles, stages=2))
         with pytest.raises(ValueError, match="knob nb: 48"):
             wy.configure(nb=48)
         with pytest.raises(ValueError, match="knob two_columns: 1 "):  # True and 1 are not the same knob value

@@ -57,23 +57,30 @@ def matrix_start(base, off, pid, mat_stride, ALIGNED: tl.constexpr):
 
 # Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
 # variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
-@triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m"])
+@triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m", "col0"])
 def _panel_kernel(
     src, src_off, dst, dst_off, mat_stride, row_stride,
     tau, tau_off, tau_stride,
     v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride,
-    m,
+    m, widths, col0,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
     ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
+    TRIM: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_W)
+    if TRIM:  # noqa: SIM102 (compile-time branch around a run-time one)
+        # A panel wholly past the matrix's width (its first column is column ``col0``) holds zeros
+        # and stays so: tau = 0, and neither V nor T is read for this matrix again (tail.py).
+        if col0 >= tl.load(widths + pid):
+            tl.store(tau + tau_off + pid * tau_stride + cols, tl.zeros([BLOCK_W], dtype=tl.float32), mask=cols < W)
+            return
     src_mat = matrix_start(src, src_off, pid, mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid, mat_stride, ALIGNED)
     if WRITE_WY:  # without it the V and T arguments are None (constexprs): fewer to pass per launch
         v_mat = matrix_start(v, v_off, pid, v_mat_stride, ALIGNED)
     rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_W)
     r2 = rows[:, None]
     c2 = cols[None, :]
     inside = (r2 < m) & (c2 < W)
@@ -150,6 +157,7 @@ def _panel_launch(
     top_tile: bool,
     warps: int | None,
     two_columns: bool = False,
+    trim: tuple[torch.Tensor, int] | None = None,
 ) -> Launch:
     """The panel kernel's grid, arguments and keyword options for :func:`factor_panel`."""
     batch, m, w = dst.shape
@@ -171,7 +179,7 @@ def _panel_launch(
         tau_base, tau_off, tau.stride(0),
         *v_args,
         *t_args,
-        m,
+        m, *(trim or (None, 0)),
     )
     options = {
         "W": w, "BLOCK_M": tile[0], "BLOCK_W": tile[1], "WRITE_WY": wy is not None,
@@ -180,6 +188,7 @@ def _panel_launch(
         "TOP_TILE": top_tile,
         "TWO_COLUMNS": two_columns and (one_reduction or top_tile),
         "INTERPRETED": INTERPRETED,
+        "TRIM": trim is not None,
         "num_warps": _warps(tile, warps),
     }
     return (batch,), args, options
@@ -194,6 +203,7 @@ def factor_panel(
     top_tile: bool = True,
     warps: int | None = None,
     two_columns: bool = False,
+    trim: tuple[torch.Tensor, int] | None = None,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
@@ -205,8 +215,10 @@ def factor_panel(
     in a tile of their own and scales the reflectors once at the end, which overrides it.
     ``warps`` overrides the kernel's warp count (see ``_warps``). ``two_columns`` (the one-reduction
     and top-tile steps) takes the columns in pairs, one block-wide reduction per pair.
+    ``trim = (widths, col0)``: the panel's first column is column col0 of its matrix, and the
+    programs of matrices whose width (int32 ``widths[b]``, :mod:`.tail`) it reaches only set tau to 0.
     """
-    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns)
+    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns, trim)
     _panel_kernel[grid](*args, **options)
 
 

@@ -11,7 +11,6 @@ of the contest export. Must run where the interpreter has not run (TRITON_INTERP
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -94,16 +93,13 @@ def record_calls(run: Callable[[], object], kernels: Iterable[tuple[ModuleType, 
 
 def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
     """The distinct launches of ``qr`` on (batch, n) shapes with the given plans, eager and, where
-    the plan's graph reads its input in place, as that graph captures them; a trimming plan's scan
-    is recorded on its own (its answer cannot be read back from a meta tensor) and the
-    factorisation as if nothing were trimmed."""
+    the plan's graph reads its input in place, as that graph captures them (a trimming plan's
+    scan with them: its widths stay on the device)."""
 
     def run() -> None:
         for (batch, n), plan in calls:
             a = torch.empty(batch, n, n, device="meta")
-            if plan.trim:
-                tail.scan(a)
-            qr(a, plan=replace(plan, trim=False), graph=False)
+            qr(a, plan=plan, graph=False)
             if n > plan.whole_max and plan.update in READS_INPUT_IN_PLACE:
                 address = torch.empty(1, dtype=torch.int64, device="meta")
                 _factor_in_place(torch.empty_like(a), a.new_empty(batch, n), plan, source.SourceAt.of(address, a))

@@ -85,11 +85,12 @@ def _t_transposed_times(t_mat, t_row_stride, ks, x):
 
 
 @triton.jit
-def _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, vv, ww):
+def _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, read, vv, ww):
     """dst = src - V W on one tile (``rows`` a BM x 1 column, ``cols`` a 1 x BN row, ``inside`` their
-    mask), given V's rows ``vv`` and W's columns ``ww``."""
+    mask), given V's rows ``vv`` and W's columns ``ww``; src is read only where ``read`` (zeros
+    elsewhere)."""
     tile = rows * c_row_stride + cols
-    cc = tl.load(src_mat + tile, mask=inside, other=0.0)
+    cc = tl.load(src_mat + tile, mask=read, other=0.0)
     tl.store(dst_mat + tile, tl.dot(vv, -ww, cc, input_precision="tf32x3"), mask=inside)
 
 
@@ -201,19 +202,21 @@ def _subtract_kernel(
             ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
             i += 1
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
-    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, vv, ww)
+    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, inside, vv, ww)
 
 
 @triton.jit
-def _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, ww, BM: tl.constexpr):
-    """The fused update's subtraction on the BM rows from r0 of its strip (``cols``)."""
+def _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, col_read, ww,
+                   BM: tl.constexpr):
+    """The fused update's subtraction on the BM rows from r0 of its strip (``cols``): written where
+    ``col_ok``, read where ``col_read``."""
     rows = r0 + tl.arange(0, BM)[:, None]
     inside = (rows < m) & col_ok
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
-    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols[None, :], inside, vv, ww)
+    _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols[None, :], inside, (rows < m) & col_read, vv, ww)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off"])
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "col0"])
 def _fused_update_kernel(
     src,
     src_off,
@@ -231,6 +234,8 @@ def _fused_update_kernel(
     t_row_stride,
     m,
     ncols,
+    widths,
+    col0,
     NB: tl.constexpr,
     PBM: tl.constexpr,
     SBM: tl.constexpr,
@@ -239,38 +244,64 @@ def _fused_update_kernel(
     INTERPRETED: tl.constexpr,
     STAGES: tl.constexpr,
     SRC_AT_ADDRESS: tl.constexpr,
+    TRIM: tl.constexpr,
+    FROM_SOURCE: tl.constexpr,
 ):
     """dst[:, strip] = src[:, strip] - V (T^T (V^T src[:, strip])) for one BN-column strip of one
     matrix in one program: W of the strip by sweeping its rows (PBM at a time), then the
     subtraction sweeping them again (SBM at a time) from the last, the rows most likely still in
     L2. Against the two launches: no W round trip through memory and, where L2 holds the strip,
-    one pass over C fewer; but only strips x batch programs."""
+    one pass over C fewer; but only strips x batch programs.
+
+    With TRIM, column j of this view is column ``col0 + j`` of its matrix, which is read as zero
+    from the matrix's width (``widths[b]``, tail.py) on: from the source (FROM_SOURCE) a strip
+    wholly past it is written as zeros, in place (later updates, where those zeros are) it is
+    left as it is."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
-    src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
-    v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
+    col_read = col_ok
+    if TRIM:
+        # This view's columns the matrix keeps, a multiple of 16 (tail.py): a mask of whole
+        # 16-column groups keeps the loads vectorised (a plain runtime bound made them scalar:
+        # 15% slower at 640x512, reports/h200/2026-12-04-blocked_wy-compare-device-widths-scalar-masks.md).
+        live = tl.multiple_of(tl.load(widths + pid_b) - col0, 16)
+        if pid_n * BN >= live:
+            if FROM_SOURCE:
+                r0 = 0
+                while r0 < m:
+                    rows = r0 + tl.arange(0, SBM)[:, None]
+                    tl.store(dst_mat + rows * c_row_stride + cols[None, :], tl.zeros([SBM, BN], dtype=tl.float32),
+                             mask=(rows < m) & col_ok)
+                    r0 += SBM
+            return
+        if FROM_SOURCE:  # in place, the columns past the width are zeros already
+            col_read = col_ok & (cols[None, :] < live)
+    src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
+    v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     acc = tl.zeros([NB, BN], dtype=tl.float32)
     last = (m - 1) // SBM * SBM
     if INTERPRETED:
         r0 = 0
         while r0 < m:
-            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, PBM)
+            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_read, PBM)
             r0 += PBM
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
         r0 = last
         while r0 >= 0:
-            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, ww, SBM)
+            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, ks, cols, col_ok, col_read, ww,
+                           SBM)
             r0 -= SBM
     else:
         for r0 in tl.range(0, m, PBM, num_stages=STAGES):
-            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_ok, PBM)
+            acc = _project_rows(acc, v_mat, v_row_stride, src_mat, c_row_stride, r0, m, ks, cols, col_read, PBM)
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc)
         for i in tl.range(0, m, SBM, num_stages=STAGES):
-            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, last - i, m, ks, cols, col_ok, ww, SBM)
+            _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, last - i, m, ks, cols, col_ok, col_read,
+                           ww, SBM)
 
 
 def wy_update(
@@ -279,6 +310,7 @@ def wy_update(
     t: torch.Tensor,
     src: torch.Tensor | SourceAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
+    trim: tuple[torch.Tensor, int] | None = None,
 ) -> None:
     """``c <- s - V (T^T (V^T s))`` with ``s = src`` (default ``c`` itself, in place), at split TF32.
 
@@ -287,9 +319,17 @@ def wy_update(
     program per column strip and row part, sweeping the rows; a small batch splits the rows
     into parts whose partial sums the second launch adds), the second subtracts V W tile by tile.
     With ``tiles.fused`` one launch does both, a program per column strip.
+
+    ``trim = (widths, col0)`` (fused tiles only): c's first column is column col0 (a multiple of
+    16) of its matrix, and each matrix's columns from its width (int32 ``widths[b]``, a multiple
+    of 16, :mod:`.tail`) on are read as zeros; their strips are written as zeros from a source,
+    left alone in place.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
+    if trim is not None and (not tiles.fused or trim[1] % 16):
+        raise ValueError(f"a trimmed update needs the fused tiles and a first column on 16, got {trim[1]}")
+    from_source = src is not None
     src = _checked_source(c, v, src, "t", t, (batch, nb, nb))
     src_base, src_off = _base(src)
     v_base, v_off = _base(v)
@@ -303,10 +343,10 @@ def wy_update(
             src_base, src_off, c_base, c_off, c.stride(0), c.stride(1),
             v_base, v_off, v.stride(0), v.stride(1),
             *t_args,
-            m, ncols,
+            m, ncols, *(trim or (None, 0)),
             NB=nb, PBM=tiles.project_bm, SBM=tiles.subtract_bm, BN=tiles.block_n, ALIGNED=aligned,
             INTERPRETED=INTERPRETED, STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, SourceAt),
-            num_warps=_update_warps(tiles, nb),
+            TRIM=trim is not None, FROM_SOURCE=from_source and trim is not None, num_warps=_update_warps(tiles, nb),
         )  # fmt: skip
         return
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))

@@ -26,7 +26,7 @@ from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, fact
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
-from reference_kernels.blocked_wy.tail import kept_columns
+from reference_kernels.blocked_wy.tail import kept_widths
 
 __all__ = [
     "DEFAULT_PLANS",
@@ -77,9 +77,10 @@ class Plan:
       own around ``qr`` passes False), which copies the input into its buffers and the outputs out;
       without it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the
       input copy into the first update.
-    - ``trim``: first scan the batch for trailing columns too small for the factor gate to see
+    - ``trim``: first scan each matrix for trailing columns too small for the factor gate to see
       (:mod:`.tail`) and factor only the columns before them, leaving the rest zero with tau = 0;
-      one host synchronisation per call (a caller capturing a graph of its own passes False).
+      the widths stay on the device, where the kernels read them (no host synchronisation). Needs
+      the fused ``tf32x3`` update and one leaf per panel, whose kernels are the ones that read them.
     """
 
     nb: int
@@ -110,6 +111,8 @@ class Plan:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
         if self.tiles.fused and self.update != "tf32x3":
             raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
+        if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
+            raise ValueError("trim needs the fused tf32x3 update and one leaf per panel (leaf >= nb)")
 
 
 # The trailing update in one launch (a program per column strip), W from 64-row steps.
@@ -144,13 +147,15 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # §W-plans), the update in one launch with 64-row steps (7.19 vs 7.28; 7.22 vs 7.72 for the mixed
     # update, §W11). nb 32: paired blocks give 0.958 [0.957, 0.959] of nb 64's time on the four 640x512
     # cases (reports/h200/2026-12-03-blocked_wy-compare-nb32-512.md; the other widths, §W12).
-    # Trimmed tails (tail.py; §W16): paired blocks against the same plan untrimmed, 640x512
-    # rankdef 0.816 and clustered 0.656 of its time, dense and mixed 1.034-1.036 (the scan and its
-    # host synchronisation); on at 512 only: at 1024 and up it costs 1.5-5% on every qr_v2 case and
-    # gains on none (reports/h200/2026-12-03-blocked_wy-compare-trim.md).
     # One leaf per panel (leaf 32) at four panel warps, no leaf products: paired blocks 0.957-0.980
     # of leaves of 16 at two warps on three 640x512 cases, mixed the same (1.0 within its interval);
     # at eight and sixteen warps slower (reports/h200/2026-12-04-blocked_wy-compare-leaf32.md, §W17).
+    # Trimmed tails (tail.py), first with one host synchronisation per call (§W16: rankdef 0.816 and
+    # clustered 0.656 of the untrimmed time, dense and mixed 1.034-1.036,
+    # reports/h200/2026-12-03-blocked_wy-compare-trim.md), now with each matrix's width on the
+    # device: paired against that, 640x512 0.977, mixed 0.937, rankdef 0.958, clustered 0.940
+    # (reports/h200/2026-12-04-blocked_wy-compare-device-widths.md, §W17). Trimming needs one leaf
+    # per panel and the fused update, which no larger size's plan has.
     (1023, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4, tiles=FUSED_ROWS_64, trim=True)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile and eight panel warps (6.06 vs 6.16,
     # §W4), pairs (a tie, §W6), the update in one launch with 64-row steps (5.20 vs 5.30; 5.30 vs
@@ -195,14 +200,18 @@ def _apply_qt(
     update: Update,
     src: torch.Tensor | SourceAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
+    trim: tuple[torch.Tensor, int] | None = None,
 ) -> None:
     """c <- (I - V T V^T)^T s (s = ``src``, default c in place), the compact-WY form of applying H_k ... H_1.
 
-    ``src`` only with the updates of ``TRITON_SUBTRACTION``; the others take s in c.
+    ``src`` only with the updates of ``TRITON_SUBTRACTION``; the others take s in c. ``trim``: the
+    fused ``tf32x3`` update's (:func:`.products.wy_update`).
     """
     if update == "tf32x3":
-        wy_update(c, v, t, src, tiles)
+        wy_update(c, v, t, src, tiles, trim)
         return
+    if trim is not None:
+        raise ValueError(f"the {update!r} update does not trim")
     if src is not None and update not in TRITON_SUBTRACTION:
         raise ValueError(f"the {update!r} update works in place: put the source in c")
     s = c if src is None else src
@@ -222,16 +231,19 @@ def _leaf_width(m: int, leaf: int) -> int:
 
 
 def _factor_block(
-    panel: torch.Tensor, tau: torch.Tensor, plan: Plan, need_t: bool
+    panel: torch.Tensor, tau: torch.Tensor, plan: Plan, need_t: bool, trim: tuple[torch.Tensor, int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factor a b x m x w panel in place; return its V (b x m x w) and T (b x w x w).
 
     A panel wider than its leaf width is factored leaf by leaf, each leaf's reflectors applied
     to the rest of the panel, and T assembled as [[T1, -T1 (V1^T V2) T2], [0, T2]] (only when
-    ``need_t``: the last panel of a matrix has no trailing update).
+    ``need_t``: the last panel of a matrix has no trailing update). ``trim = (widths, col0)``: see
+    :func:`.kernels.factor_panel`, for a panel of one leaf.
     """
     batch, m, w = panel.shape
     step = _leaf_width(m, plan.leaf)
+    if trim is not None and step < w:
+        raise ValueError(f"a trimmed panel must be one leaf: {m} x {w} takes leaves of {step}")
     alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
     v = alloc(batch, m, w)
     t = alloc(batch, w, w)
@@ -241,7 +253,7 @@ def _factor_block(
         leaf_panel = panel[:, c:, c:e]
         factor_panel(
             leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf),
-            plan.one_reduction, plan.top_tile, plan.panel_warps, plan.two_columns,
+            plan.one_reduction, plan.top_tile, plan.panel_warps, plan.two_columns, trim,
         )
         merge = c > 0 and need_t
         if plan.inner == "triton":
@@ -261,12 +273,8 @@ def _factor_in_place(
     tau: torch.Tensor,
     plan: Plan,
     src: torch.Tensor | SourceAt | None = None,
-    width: int | None = None,
 ) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
-
-    With ``width`` < n only the first ``width`` columns are factored (and updated); the rest are
-    set to zero with tau = 0, identity reflectors (:mod:`.tail` says when the checker cannot tell).
 
     With ``src`` (same shape), ``h`` starts unset and the matrix is read from ``src``. The updates
     of ``TRITON_SUBTRACTION`` read the first trailing block straight from ``src`` (only the first panel's
@@ -274,34 +282,38 @@ def _factor_in_place(
     them ``src`` is copied whole first (one contiguous copy: a strided one of the trailing block is
     slower). A :class:`SourceAt` (a graph's input, read where it lies) needs an update of
     ``READS_INPUT_IN_PLACE``.
+
+    With ``plan.trim`` (and a ``src``) each matrix's columns from its width (:mod:`.tail`) on are
+    read as zeros: they come out zero with tau = 0, and the panels and strips past it are skipped.
     """
     n = h.shape[-1]
-    width = n if width is None else width
-    if width < n:
-        h[:, :, width:].zero_()
-        tau[:, width:].zero_()
+    if plan.trim and src is None:
+        raise ValueError("a trimmed factorisation reads its input from src")
+    widths = kept_widths(src) if plan.trim else None
     if src is not None and plan.update not in TRITON_SUBTRACTION:
-        h[:, :, :width].copy_(columns(src, 0, width))
+        h.copy_(src)
         src = None
-    for j0 in range(0, width, plan.nb):
-        j1 = min(j0 + plan.nb, width)
+    for j0 in range(0, n, plan.nb):
+        j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
-            copy_columns(h[:, :, :j1], columns(src, 0, j1))
-        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < width)
-        if j1 < width:
-            first = columns(src, j1, width) if src is not None and j0 == 0 else None
-            _apply_qt(h[:, j0:, j1:width], v, t, plan.update, first, plan.tiles)
+            copy_columns(h[:, :, :j1], columns(src, 0, j1), widths)
+        v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n,
+                             trim=None if widths is None else (widths, j0))
+        if j1 < n:
+            first = columns(src, j1) if src is not None and j0 == 0 else None
+            _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles,
+                      None if widths is None else (widths, j1))
 
 
 class _GraphedQR:
-    """A blocked factorisation captured once for a fixed (shape, device, plan, kept width), replayed per call.
+    """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call.
 
     With an update of ``READS_INPUT_IN_PLACE`` the graph reads each call's input where it lies
     (:mod:`.source`: its address is set before the replay); otherwise the input is copied into the
     graph's buffer first. The outputs are copied out either way: the caller gets fresh tensors.
     """
 
-    def __init__(self, like: torch.Tensor, plan: Plan, width: int) -> None:
+    def __init__(self, like: torch.Tensor, plan: Plan) -> None:
         self.h = torch.zeros_like(like)
         self.tau = like.new_empty(like.shape[:2])
         self.address = like.new_empty(1, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
@@ -309,10 +321,10 @@ class _GraphedQR:
         # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
         # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
         self._take(like)
-        _factor_in_place(self.h, self.tau, plan, src, width)
+        _factor_in_place(self.h, self.tau, plan, src)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_in_place(self.h, self.tau, plan, src, width)
+            _factor_in_place(self.h, self.tau, plan, src)
 
     def _take(self, a: torch.Tensor) -> None:
         """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself)."""
@@ -329,7 +341,7 @@ class _GraphedQR:
         return self.h.clone(), self.tau.clone()
 
 
-_GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan, int], _GraphedQR] = {}
+_GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan], _GraphedQR] = {}
 
 
 def clear_graphs() -> None:
@@ -337,11 +349,11 @@ def clear_graphs() -> None:
     _GRAPHS.clear()
 
 
-def _graphed(a: torch.Tensor, plan: Plan, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (tuple(a.shape), a.device, plan, width)
+def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (tuple(a.shape), a.device, plan)
     with torch.cuda.device(a.device):
         if key not in _GRAPHS:
-            _GRAPHS[key] = _GraphedQR(a, plan, width)
+            _GRAPHS[key] = _GraphedQR(a, plan)
         return _GRAPHS[key](a)
 
 
@@ -387,10 +399,9 @@ def qr(
     if n <= plan.whole_max:
         return factor_matrices(a, plan.one_reduction, plan.panel_warps, plan.two_columns)
     with ieee_fp32():
-        width = kept_columns(a, plan.nb) if plan.trim else n
         if plan.graph and a.is_cuda:
-            return _graphed(a, plan, width)
+            return _graphed(a, plan)
         h = torch.empty_like(a)
         tau = a.new_empty(batch, n)
-        _factor_in_place(h, tau, plan, src=a, width=width)
+        _factor_in_place(h, tau, plan, src=a)
         return h, tau

@@ -73,31 +73,35 @@ def storage(src, AT_ADDRESS: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["src_off", "dst_off"])
-def _copy_kernel(src, src_off, dst, dst_off, mat_stride, row_stride, m, ncols, BM: tl.constexpr,
-                 BN: tl.constexpr, AT_ADDRESS: tl.constexpr):
-    """dst[rows, :ncols] = src[rows, :ncols] for BM rows of one matrix (both views one layout)."""
+def _copy_kernel(src, src_off, dst, dst_off, mat_stride, row_stride, m, ncols, widths, BM: tl.constexpr,
+                 BN: tl.constexpr, AT_ADDRESS: tl.constexpr, TRIM: tl.constexpr):
+    """dst[rows, :ncols] = src[rows, :ncols] for BM rows of one matrix (both views one layout); with
+    TRIM, the matrix's columns from ``widths[b]`` on are written as zeros."""
     pid_b = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
     cols = tl.arange(0, BN)[None, :]
     inside = (rows < m) & (cols < ncols)
+    live = inside
+    if TRIM:
+        live = inside & (cols < tl.multiple_of(tl.load(widths + pid_b), 16))  # whole 16-column groups
     start = pid_b * mat_stride + rows * row_stride + cols
-    values = tl.load(storage(src, AT_ADDRESS) + src_off + start, mask=inside)
+    values = tl.load(storage(src, AT_ADDRESS) + src_off + start, mask=live, other=0.0)
     tl.store(dst + dst_off + start, values, mask=inside)
 
 
-def copy_columns(dst: torch.Tensor, src: torch.Tensor | SourceAt) -> None:
+def copy_columns(dst: torch.Tensor, src: torch.Tensor | SourceAt, widths: torch.Tensor | None = None) -> None:
     """``dst.copy_(src)`` for a b x m x w view of the leading columns (w <= 128), from either kind
-    of source; a tensor source is copied by torch, as it always was."""
-    if isinstance(src, torch.Tensor):
+    of source; with ``widths`` (int32, one per matrix) each matrix's columns from its width on are
+    zeros instead. A tensor source without widths is copied by torch, as it always was."""
+    if isinstance(src, torch.Tensor) and widths is None:
         dst.copy_(src)
         return
     batch, m, ncols = dst.shape
-    if tuple(dst.stride()) != src.strides or src.shape != tuple(dst.shape) or ncols > 128:
+    if tuple(dst.stride()) != tuple(src.stride()) or tuple(src.shape) != tuple(dst.shape) or ncols > 128:
         raise ValueError(f"copy_columns: dst {tuple(dst.shape)} {dst.stride()} against {src}")
     block_n = max(16, triton.next_power_of_2(ncols))
     block_m = max(1, 4096 // block_n)
     _copy_kernel[(ceil_div(m, block_m), batch)](
-        *_base(src), *_base(dst), dst.stride(0), dst.stride(1), m, ncols,
-        BM=block_m, BN=block_n, AT_ADDRESS=True, num_warps=4,
+        *_base(src), *_base(dst), dst.stride(0), dst.stride(1), m, ncols, widths,
+        BM=block_m, BN=block_n, AT_ADDRESS=isinstance(src, SourceAt), TRIM=widths is not None, num_warps=4,
     )  # fmt: skip
-

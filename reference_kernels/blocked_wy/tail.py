@@ -17,9 +17,11 @@ bounds ``||Q||_2`` for any Q within the orthogonality gate (``||Q^T Q - I||_1 <=
 full factorisation gives them (zero, tau = 0), bit for bit.
 
 One program per matrix reads its first block of columns (for L), then blocks from the right until
-one holds a column that counts, or until the batch's width, shared by every program, already
-reaches the block it would read next; the batch keeps as many columns as its widest matrix needs.
-A dense input costs two blocks' reads and the one host synchronisation that reads the answer back.
+one holds a column that counts, and writes the matrix's width to device memory: nothing waits for
+it. The factorisation's kernels read each matrix's width where they run (a graph captures the scan
+with them): the input's columns from it on are read as zeros, which every later step keeps zero
+(tau = 0, no reflector), and the programs of panels and column strips wholly past it stop at once.
+A dense input costs two blocks' reads; a batch of mixed inputs trims each matrix by its own width.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, launch
+from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div
+from reference_kernels.blocked_wy.source import SourceAt, _base, storage
 
-__all__ = ["COLUMNS", "SHARE", "kept_columns", "negligible_ratio", "scan"]
+__all__ = ["COLUMNS", "SHARE", "kept_widths", "negligible_ratio"]
 
 SHARE = 1.0  # a left-out column's scaled factor residual is at most this (the gate: 20)
 COLUMNS = 16  # columns per block of the scan: the kept width is a multiple of it (or n)
@@ -79,13 +82,14 @@ def _finite(sums):
     return tl.where(total - total == 0.0, 1, 0)
 
 
-@triton.jit
-def _tail_kernel(a, width, n, blocks, ratio, BR: tl.constexpr, BC: tl.constexpr, INTERPRETED: tl.constexpr):
-    """Raise ``width`` to the columns matrix b keeps: up to the end of the last block (from the
-    right) holding a column with ``||a_j||_2 > ratio * L`` (every column when L is not finite), 0
-    when every column may go; stop early once ``width`` reaches the next block to read."""
+@triton.jit(do_not_specialize=["a_off"])
+def _tail_kernel(a, a_off, widths, n, blocks, ratio, BR: tl.constexpr, BC: tl.constexpr,
+                 INTERPRETED: tl.constexpr, AT_ADDRESS: tl.constexpr):
+    """``widths[b]``: the columns matrix b keeps, up to the end of the last block (from the right)
+    holding a column with ``||a_j||_2 > ratio * L`` (every column when L is not finite), 0 when
+    every column may go; a whole number of blocks, past n when the last block is ragged."""
     b = tl.program_id(0).to(tl.int64)
-    a_mat = a + b * n * n
+    a_mat = storage(a, AT_ADDRESS) + a_off + b * n * n
     s1, _ = _column_sums(a_mat, n, 0, BR, BC, INTERPRETED)
     seen = tl.max(s1, axis=0)  # the largest column sum read so far: a lower bound of ||A||_1
     finite = _finite(s1)  # 1 while every entry read is finite (tl.max passes NaN over)
@@ -97,25 +101,21 @@ def _tail_kernel(a, width, n, blocks, ratio, BR: tl.constexpr, BC: tl.constexpr,
         finite *= _finite(s1)
         limit = tl.where(finite > 0, ratio * seen, -1.0)  # a NaN or Inf read: every column counts
         counts = tl.max(tl.where(tl.sqrt(s2) <= limit, 0, 1), axis=0) > 0  # a NaN column counts too
-        kept = tl.where(counts, tl.minimum((blk + 1) * BC, n), kept)
-        batch_width = tl.atomic_max(width, kept)  # publish now; the batch's width so far comes back
-        done = counts | (batch_width >= blk * BC)  # blocks further left cannot widen the batch
-        blk = tl.where(done, -1, blk - 1)
+        kept = tl.where(counts, (blk + 1) * BC, kept)
+        blk = tl.where(counts, -1, blk - 1)
+    tl.store(widths + b, kept)
 
 
-def scan(a: torch.Tensor) -> torch.Tensor:
-    """The columns every matrix of the batch ``a`` (b x n x n float32, contiguous) keeps, as one
-    int32 on ``a``'s device: queued, not waited for."""
+def kept_widths(a: torch.Tensor | SourceAt) -> torch.Tensor:
+    """The leading columns each matrix of the batch ``a`` (b x n x n float32, contiguous, or a graph's
+    input read in place) must have factored: int32, one per matrix, a multiple of ``COLUMNS`` (so
+    that the kernels' masks by it cover whole 16-column groups; n or more: every column), on
+    ``a``'s device; queued, not waited for."""
     batch, n, _ = a.shape
-    width = torch.zeros(1, dtype=torch.int32, device=a.device)
-    args = (a, width, n, ceil_div(n, COLUMNS), negligible_ratio(n))
-    options = {"BR": _ROWS, "BC": COLUMNS, "INTERPRETED": INTERPRETED, "num_warps": 4}
-    launch(_tail_kernel, lambda: ((batch,), args, options), (batch, n), (a, width), fresh=1)
-    return width
-
-
-def kept_columns(a: torch.Tensor, multiple: int) -> int:
-    """How many leading columns of the batch ``a`` (b x n x n float32, contiguous) a factorisation
-    must factor: all but the trailing run every matrix may leave out, rounded up to ``multiple``
-    (at most n). Synchronises the host with ``a``'s device once, to read the answer."""
-    return min(a.shape[-1], ceil_div(int(scan(a).item()), multiple) * multiple)
+    base, off = _base(a)
+    widths = torch.empty(batch, dtype=torch.int32, device=base.device)
+    _tail_kernel[(batch,)](
+        base, off, widths, n, ceil_div(n, COLUMNS), negligible_ratio(n),
+        BR=_ROWS, BC=COLUMNS, INTERPRETED=INTERPRETED, AT_ADDRESS=isinstance(a, SourceAt), num_warps=4,
+    )  # fmt: skip
+    return widths
