@@ -181,7 +181,6 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> CompiledKernel:
     monkeypatch.setattr(driver, "_active", SimpleNamespace(
         get_current_device=lambda: DEVICE, get_current_stream=lambda device: STREAM
     ))
-    monkeypatch.setattr(launch, "_current_queue", lambda device: STREAM if device == DEVICE else None)
     launcher = object.__new__(CudaLauncher)  # the attributes its __call__ reads
     launcher.global_scratch_size = launcher.profile_scratch_size = 0
     launcher.global_scratch_align = launcher.profile_scratch_align = 1
@@ -199,7 +198,7 @@ def test_the_quick_run_calls_the_c_launcher_as_triton_does_without_hooks(compile
     """Triton's runner and launcher object, and the runner with a _QuickRun standing in, make the
     same call of the C launcher but for the launch metadata and the (empty) hook chains."""
     compiled[(20, 1, 1)](7, None, 32, True)
-    launch._runner(compiled, (20, 1, 1))(DEVICE, 7, None, 32, True)
+    launch._runner(compiled, (20, 1, 1))(7, None, 32, True)
     theirs, ours = compiled.calls
     assert theirs[:4] == (20, 1, 1, STREAM)
     assert ours[10:13] == (None, None, None)
@@ -212,7 +211,7 @@ def test_with_a_hook_registered_the_quick_run_is_triton_s_launch(compiled: Compi
     knobs.runtime.launch_enter_hook.add(hook)
     try:
         compiled[(2, 1, 1)](1, 2)
-        launch._runner(compiled, (2, 1, 1))(DEVICE, 1, 2)
+        launch._runner(compiled, (2, 1, 1))(1, 2)
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     theirs, ours = compiled.calls
@@ -225,7 +224,7 @@ def test_scratch_buffers_and_other_launchers_take_the_kernel_s_own_runner(compil
     assert launch._QuickRun.fits(compiled) == launch.QUICK_RUN
     compiled.run.global_scratch_size = 64
     assert not launch._QuickRun.fits(compiled)
-    (own,) = (cell.cell_contents for cell in launch._runner(compiled, (1, 1, 1)).__closure__)
-    assert [cell.cell_contents for cell in own.__closure__] == [(1, 1, 1), compiled]  # triton's: grid, self
+    runner = launch._runner(compiled, (1, 1, 1))
+    assert [cell.cell_contents for cell in runner.__closure__] == [(1, 1, 1), compiled]  # grid, self
     compiled.run.global_scratch_size, compiled._run = 0, object()
     assert not launch._QuickRun.fits(compiled)

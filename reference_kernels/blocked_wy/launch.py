@@ -9,11 +9,10 @@ launch layers too (:class:`_QuickRun`).
 
 Private names relied on. Triton: the JIT's ``kernel[grid](...)`` returns the ``CompiledKernel``,
 whose ``[grid]`` runner takes every parameter in order, constexprs included; on triton 3.6 only,
-what that runner does (``CompiledKernel.__getitem__``), the kernel's ``run`` (the CUDA launcher
-object: ``launch``, ``launch_cooperative_grid``, ``launch_pdl``, the scratch sizes), ``function``,
+that runner's body (``CompiledKernel.__getitem__``), the kernel's ``run`` (the CUDA launcher object:
+``launch``, ``launch_cooperative_grid``, ``launch_pdl``, the scratch sizes), ``function``,
 ``packed_metadata`` and ``launch_metadata``, and the launch hooks' ``HookChain.calls``.
-Torch: ``torch._C._cuda_getDevice`` (``torch.cuda.current_device`` without its Python layer) and
-``torch._C._cuda_getCurrentRawStream`` (the queue triton's driver launches on).
+Torch: ``torch._C._cuda_getDevice`` (``torch.cuda.current_device`` without its Python layer).
 """
 
 from __future__ import annotations
@@ -59,20 +58,12 @@ def _addresses(tensors: Sequence[torch.Tensor], checked: int) -> tuple[int, list
     return device, addresses
 
 
-def _current_queue(device: int) -> int:
-    """The current CUDA queue of ``device``, read as triton's driver reads it."""
-    return torch._C._cuda_getCurrentRawStream(device)
-
-
 class _QuickRun:
-    """A compiled CUDA kernel's launch without triton's layers above its C launcher. Triton 3.6's
-    runner (``CompiledKernel.__getitem__``) asks its driver proxy for the current device and queue,
-    builds launch metadata for the hooks and hands everything to the kernel's launcher object,
-    which sizes scratch buffers and calls the two hook chains from C: with no hook registered (a
-    profiler's), about 4 us a call on an H200 host, and the runner's own layer about 2 to 3 more
-    (reports/h200/2026-12-04-20x32-host-time.md). :meth:`runner` reads the queue as that driver
-    does and calls the C launcher itself; a registered hook sends the call through the kernel's
-    own launch, metadata and hooks included."""
+    """Stands in for a compiled CUDA kernel in its own runner (triton 3.6's ``CompiledKernel.__getitem__``),
+    which finds the caller's current CUDA queue and hands it to :meth:`run` with the launch hooks.
+    With no hook registered (a profiler's), ``run`` calls the C launcher as the kernel's launcher
+    object would: the launch metadata built for the hooks, the scratch buffers sized (none here)
+    and the two empty hook chains called from C cost about 4 us a call on an H200 host."""
 
     def __init__(self, compiled: Any) -> None:
         launcher = compiled.run
@@ -88,35 +79,32 @@ class _QuickRun:
             launcher.global_scratch_size or launcher.profile_scratch_size
         )
 
-    def runner(self, grid: tuple[int, int, int]) -> Callable[..., None]:
-        """``run(device, *args)``: the kernel on ``grid``, queued on the current CUDA queue of
-        ``device`` (the current device), every parameter in order, constexprs included."""
-        x, y, z = grid
-        compiled, c_launch, function, metadata = self.compiled, self.c_launch, self.function, self.packed_metadata
-        cooperative, pdl = self.cooperative, self.pdl
-        hooks = triton.knobs.runtime
-        current_queue = _current_queue
+    def _init_handles(self) -> None:
+        """The runner's first step: the kernel is loaded already."""
 
-        def run(device: int, *args: object) -> None:
-            queue = current_queue(device)
-            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
-            if getattr(enter, "calls", True) or getattr(leave, "calls", True):  # hooks: the kernel's own launch
-                launch_metadata = compiled.launch_metadata(grid, queue, *args)
-                compiled.run(x, y, z, queue, function, metadata, launch_metadata, enter, leave, *args)
-                return
-            # grid, queue, function, flags, no scratch buffers, metadata, no launch metadata and no hooks
-            c_launch(x, y, z, queue, function, cooperative, pdl, None, None, metadata, None, None, None, *args)
+    def launch_metadata(self, *_: object) -> None:
+        """The runner's second step: only hooks read launch metadata, and :meth:`run` builds it for them."""
 
-        return run
+    def run(self, x: int, y: int, z: int, queue: int, function: int, metadata: Any, _: None, enter: Any, leave: Any,
+            *args: object) -> None:
+        """The launch, as the runner hands it to the kernel's launcher object."""
+        if getattr(enter, "calls", True) or getattr(leave, "calls", True):  # hooks: the kernel's own launch
+            compiled = self.compiled
+            launch_metadata = compiled.launch_metadata((x, y, z), queue, *args)
+            compiled.run(x, y, z, queue, function, metadata, launch_metadata, enter, leave, *args)
+            return
+        # grid, queue, function, flags, no scratch buffers, metadata, no launch metadata and no hooks
+        self.c_launch(x, y, z, queue, function, self.cooperative, self.pdl, None, None, metadata, None, None, None,
+                      *args)
 
 
 def _runner(compiled: Any, grid: tuple[int, int, int]) -> Callable[..., None]:
-    """``run(device, *args)`` for ``compiled`` on ``grid`` (every parameter in order, constexprs
-    included): :class:`_QuickRun`'s where it fits, else the compiled kernel's own runner."""
+    """The compiled kernel's runner for ``grid`` (every parameter in order, constexprs included),
+    with :class:`_QuickRun` standing in for the kernel where it fits."""
     run = compiled[grid]  # loads the kernel on the current device
     if not _QuickRun.fits(compiled):
-        return lambda _device, *args: run(*args)
-    return _QuickRun(compiled).runner(grid)
+        return run
+    return type(compiled).__getitem__(_QuickRun(compiled), grid)
 
 
 Launch = tuple[tuple[int, ...], tuple[object, ...], dict[str, object]]
@@ -187,4 +175,4 @@ def launch(
     args = list(direct.args)
     for i, j in direct.places:
         args[i] = addresses[j]
-    direct.run(device, *args)
+    direct.run(*args)
