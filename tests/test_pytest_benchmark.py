@@ -33,6 +33,14 @@ needs_entry_point = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _a_session_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions these tests start are not xdist workers, even when this one is (``pytest -n``):
+    pytest-benchmark reads PYTEST_XDIST_WORKER from the environment and turns itself off there."""
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)
+
+
 def test_replayed_samples_are_the_rounds_exactly(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_replay="""
         import pytest
