@@ -37,7 +37,7 @@ from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGo
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, Reader
 from evaluator.hardening.guards import rule_message
-from evaluator.measure.cpu_witness import MainThreadClock
+from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, host_stall_ns
 from evaluator.measure.ledger import Ledger
 from evaluator.measure.timing import L2Flush, Measurement, synchronize
 
@@ -409,8 +409,9 @@ class RemoteExecutor:
         allowance_ns = self.allowance.of(len(handed.tensors), input_bytes, output_bytes)
         cpu_allowance_ns = self.allowance.cpu_of(len(handed.tensors), output_bytes)
         witness_ns = witnessed.wall_ns
+        stall_ns = 0.0 if witnessed.readings is None else host_stall_ns(*witnessed.readings, elapsed_ns)
         measurement = Measurement(elapsed_ns, tail_ns, witness_ns, allowance_ns, self.allowance.drain_ns,
-                                  witnessed.cpu_ns, cpu_allowance_ns)
+                                  witnessed.cpu_ns, cpu_allowance_ns, stall_ns)
         kernel_ns = min(measurement.elapsed_ns, witness_ns)
         self.ledger.add("kernel", kernel_ns / 1e9)
         self.ledger.add("flush", witnessed.flush_ns / 1e9)
@@ -445,8 +446,10 @@ class RemoteExecutor:
         """One timed repeat and the parent's own clock around it: from before the fresh inputs
         start to land (so work done ahead of the worker's clock counts) to the report; on a CPU
         also the run time of the worker's main thread from the command to the report (it waits
-        for its commands asleep there, so none of that wait is counted)."""
+        for its commands asleep there, so none of that wait is counted), and the scheduler's
+        clocks around the whole repeat (:func:`~evaluator.measure.cpu_witness.host_stall_ns`)."""
         synchronize()  # the parent's own queued work (making the inputs, checking) is not the worker's
+        first = self._reading()
         start = self._clock()
         install()
         flush_ns = 0.0
@@ -460,9 +463,9 @@ class RemoteExecutor:
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
                                "busy_cycles": busy_cycles, "rules": self.rules}, "timed")
         wall_ns = float(self._clock() - start)
-        cpu_after = self._cpu_now()
-        cpu_ns = None if cpu_before is None or cpu_after is None else float(cpu_after - cpu_before)
-        return _Witnessed(reply, wall_ns, flush_ns, cpu_ns)
+        last = self._reading()
+        cpu_ns = None if cpu_before is None or last is None else float(last.main_run_ns - cpu_before)
+        return _Witnessed(reply, wall_ns, flush_ns, cpu_ns, None if first is None or last is None else (first, last))
 
     def _cpu_now(self) -> int | None:
         """The worker's main-thread run time so far; None off the CPU, or once it cannot be read."""
@@ -470,6 +473,16 @@ class RemoteExecutor:
             return None
         try:
             return self._cpu.read()
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _reading(self) -> CpuReading | None:
+        """The scheduler's clocks of the worker and of this thread; None off the CPU, or once
+        they cannot be read."""
+        if self._cpu is None:
+            return None
+        try:
+            return self._cpu.reading()
         except (OSError, ValueError, IndexError):
             return None
 
@@ -494,12 +507,14 @@ def _duration(reply: dict[str, Any], key: str) -> float:
 @dataclass(frozen=True)
 class _Witnessed:
     """One repeat as the parent saw it (ns): the worker's reply, the wall-clock witness, the
-    parent's flush within it, and the worker's CPU time (None off the CPU or where unreadable)."""
+    parent's flush within it, the worker's CPU time, and the scheduler's clocks at the witness's
+    two ends (both None off the CPU or where unreadable)."""
 
     reply: dict[str, Any]
     wall_ns: float
     flush_ns: float
     cpu_ns: float | None
+    readings: tuple[CpuReading, CpuReading] | None = None
 
     @property
     def times(self) -> tuple[float, float]:

@@ -299,6 +299,20 @@ def test_parent_clock_judges_claims_by_the_workers_cpu_time_too(claims_ns: tuple
     assert problem is None or "us of CPU time" in problem
 
 
+@pytest.mark.parametrize(("stall_ns", "flagged"), [
+    (0.0, True),      # 35 ms witnessed, 10 ms of hand-over allowed, 0.15 ms claimed: unaccounted for
+    (25.0e6, False),  # ... unless the host's scheduler took the other 25 ms (a loaded CPU host)
+    (20.0e6, True),   # a stall that leaves 5 ms unaccounted for does not excuse it
+])
+def test_parent_clock_takes_the_hosts_stall_out_of_the_wall_witness(stall_ns: float, flagged: bool) -> None:
+    """An honest geqrf on a loaded two-core host, as seen in CI: what the wall witness saw beyond
+    the claim and the hand-over is what the parent and the worker's main thread waited for a core."""
+    repeats = [Measurement(0.15e6, 0.0, witness_ns=35e6, allowance_ns=10e6, stall_ns=stall_ns)] * 4
+    problem = guards.parent_clock_problem(repeats, 0.95)
+    assert (problem is not None) == flagged
+    assert problem is None or ("the host's stall" in problem) == (stall_ns > 0)
+
+
 @pytest.mark.parametrize(("repeats", "stalled", "flagged"), [(3, 2, False), (8, 2, False), (8, 3, True)])
 def test_the_cpu_witness_needs_enough_repeats_to_tell_a_stall_from_a_shave(repeats: int, stalled: int,
                                                                           flagged: bool) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 
 from benchmarks import parent_clock_margin
 from evaluator.handover import HandoverArena
-from evaluator.measure.cpu_witness import MainThreadClock
+from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, host_stall_ns
 from evaluator.measure.stats import Stats
 from evaluator.measure.timing import Measurement
 from evaluator.measure.witness import ParentClock
@@ -69,7 +70,8 @@ def _run(witnessed: ParentClock | None) -> RunResult:
 
 def test_the_witnesses_round_trip_and_a_version_2_file_has_none(tmp_path: Path) -> None:
     for witnessed in (ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)),
-                      ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0), (75.0, 85.0), (10.0, 10.0))):
+                      ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0), (75.0, 85.0), (10.0, 10.0)),
+                      ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0), (75.0, 85.0), (10.0, 10.0), (5.0, 0.0))):
         write_results(tmp_path / "r.json", [_run(witnessed)])
         (loaded,) = load_results(tmp_path / "r.json")
         assert loaded.stages[0].cases[0].parent_clock == witnessed
@@ -91,20 +93,29 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["2", "0.882", "0.875", "0.875", "0.714",
-                                                                        "1.500, 1.500", "1.08", "-", "-"]
+                                                                        "1.500, 1.500", "1.08", "-", "-", "-"]
     assert "r.json: cuda, driver -, torch -" in out  # where it was measured, as far as the file says
 
     write_results(tmp_path / "within.json", [_run(ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0)))])
     assert parent_clock_margin.main([str(tmp_path / "within.json")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
     assert [cell.strip() for cell in row.strip("|").split("|")][4:] == ["0", "-", "-", "-", "0.714", "0.150, 0.150",
-                                                                        "-", "-", "-"]
+                                                                        "-", "-", "-", "-"]
 
     cpu = ParentClock((70.0, 80.0), (100.0, 110.0), (200.0, 200.0), (90.0, 85.0), (40.0, 10.0))
     write_results(tmp_path / "cpu.json", [_run(cpu)])
     assert parent_clock_margin.main([str(tmp_path / "cpu.json")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
-    assert [cell.strip() for cell in row.strip("|").split("|")][-2:] == ["1.067", "0.5"]
+    assert [cell.strip() for cell in row.strip("|").split("|")][-3:] == ["1.067", "0.5", "-"]
+
+    # A loaded host: 20 and 25 of the witnesses' 100 and 110 were its stall, which the shares leave out.
+    stalled = ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0), (90.0, 85.0), (40.0, 10.0), (20.0, 25.0))
+    write_results(tmp_path / "stalled.json", [_run(stalled)])
+    assert parent_clock_margin.main([str(tmp_path / "stalled.json")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "640x512" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[5:8] == ["1.199", "1.167", "1.167"]  # the median of 70 / (100 - 20 - 20) and 80 / (110 - 20 - 25)
+    assert cells[-1] == "1.25"  # the most of it (25) over the allowance (20): how far the host stretched the witness
 
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
@@ -196,6 +207,50 @@ def test_the_main_threads_run_time_counts_work_and_not_waiting() -> None:
     worked = clock.read() - before - slept
     assert slept < 10e6
     assert 45e6 < worked < 100e6
+
+
+@pytest.mark.parametrize(("parent_wait", "main_wait", "process_run", "stall"), [
+    (20e6, 5e6, 1e6, 20e6),   # the longer wait (they take turns), the worker's run time all claimed
+    (5e6, 20e6, 1e6, 20e6),
+    (20e6, 5e6, 9e6, 12e6),   # 8 ms of run time beyond the claim take 8 ms of the stall back
+    (20e6, 5e6, 40e6, 0.0),   # threads of the worker's own that ran longer than the waits: no stall
+    (0.0, 0.0, 0.5e6, 0.0),   # a claim longer than the run time (a kernel that waits) gives none either
+])
+def test_the_hosts_stall_is_the_longer_wait_less_the_workers_unclaimed_run_time(
+        parent_wait: float, main_wait: float, process_run: float, stall: float) -> None:
+    before = CpuReading(main_run_ns=100, main_wait_ns=1000, process_ns=5000, parent_wait_ns=70)
+    after = CpuReading(main_run_ns=100 + int(process_run), main_wait_ns=1000 + int(main_wait),
+                       process_ns=5000 + int(process_run), parent_wait_ns=70 + int(parent_wait))
+    assert host_stall_ns(before, after, claimed_ns=1e6) == pytest.approx(stall)
+
+
+def _spin(seconds: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_a_wait_the_process_causes_itself_is_its_threads_run_time_and_no_stall() -> None:
+    """Two threads of one process spinning on one core: the main thread's wait for it is read
+    (schedstat's second field), the helper's run time is read after it has exited (the process's
+    CPU clock), and the stall left for a claim of nothing is none."""
+    clock = MainThreadClock.of(os.getpid())
+    if clock is None or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("this host's /proc gives no scheduler statistics")
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})  # this thread, and the helper, which inherits it
+    try:
+        before = clock.reading()
+        helper = threading.Thread(target=_spin, args=(0.1,))
+        helper.start()
+        _spin(0.1)
+        helper.join()
+        after = clock.reading()
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert after.main_wait_ns - before.main_wait_ns > 20e6  # waited for the helper's turns on the core
+    assert (after.process_ns - before.process_ns) - (after.main_run_ns - before.main_run_ns) > 80e6  # the helper's
+    assert host_stall_ns(before, after, claimed_ns=0.0) == 0.0
 
 
 def test_a_process_that_is_gone_has_no_cpu_witness() -> None:

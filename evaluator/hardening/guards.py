@@ -232,7 +232,8 @@ def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | Non
     Each measurement carries the worker's claim (``elapsed_ns``), the parent's witness of the
     same repeat (``witness_ns``: from the moment its fresh inputs started to land to the
     worker's report, so work done ahead of the worker's clock is inside it) and the hand-over
-    share of that (``allowance_ns``, measured before the kernel was imported); on a CPU also the
+    share of that (``allowance_ns``, measured before the kernel was imported), less what a loaded
+    CPU host's scheduler took of it (``stall_ns``); on a CPU also the
     run time of the worker's main thread, which calls the kernel (``cpu_witness_ns``: a loaded
     host does not stretch it), and its bookkeeping's share of that (``cpu_allowance_ns``). A
     claim below ``share`` of either witness less its allowance (:data:`PARENT_CLOCK_SHARE`, by
@@ -249,8 +250,9 @@ def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | Non
         saw = (f"in which the worker's main thread ran for {worst.cpu_witness_ns / 1e3:.1f} us of CPU time, "
                f"{worst.cpu_allowance_ns / 1e3:.1f} us of it its bookkeeping")
     else:
+        stall = f" and {worst.stall_ns / 1e3:.1f} us the host's stall" if worst.stall_ns else ""
         saw = (f"the parent's clock saw take {worst.witness_ns / 1e3:.1f} us, "
-               f"{worst.allowance_ns / 1e3:.1f} us of it the hand-over")
+               f"{worst.allowance_ns / 1e3:.1f} us of it the hand-over{stall}")
     return rule_message(
         "parent-clock",
         f"in {len(short)} of {len(witnessed)} repeats the worker reported less than the parent saw: e.g. "
@@ -262,7 +264,8 @@ def _least_fit(m: Any, by_cpu: bool) -> tuple[float, bool]:
     """The claim over each witness less its allowance (the CPU witness's only ``by_cpu``), the
     lesser of the two (inf where neither exceeds its allowance), and whether it was the CPU
     witness's."""
-    wall = m.elapsed_ns / (m.witness_ns - m.allowance_ns) if m.witness_ns > m.allowance_ns else math.inf
+    unexplained = m.witness_ns - m.allowance_ns - m.stall_ns
+    wall = m.elapsed_ns / unexplained if unexplained > 0 else math.inf
     cpu = math.inf
     if by_cpu and m.cpu_witness_ns is not None and m.cpu_witness_ns > m.cpu_allowance_ns:
         cpu = m.elapsed_ns / (m.cpu_witness_ns - m.cpu_allowance_ns)

@@ -58,7 +58,9 @@ class Measurement:
     exceed to count as work left behind (rule ``device-drain``). On a CPU ``cpu_witness_ns`` is
     the run time the parent read the worker's main thread get during the repeat
     (:mod:`evaluator.measure.cpu_witness`) and ``cpu_allowance_ns`` its bookkeeping's share of
-    that; unset elsewhere."""
+    that; unset elsewhere. ``stall_ns`` (CPU runs) is the part of the wall witness the host's
+    scheduler took from the parent or the worker's main thread and no run time of the worker's
+    accounts for (:func:`evaluator.measure.cpu_witness.host_stall_ns`); zero elsewhere."""
 
     elapsed_ns: float
     tail_ns: float = 0.0
@@ -67,6 +69,7 @@ class Measurement:
     drain_allowance_ns: float = 0.0
     cpu_witness_ns: float | None = None
     cpu_allowance_ns: float = 0.0
+    stall_ns: float = 0.0
 
 
 class Timer(Protocol):

@@ -36,19 +36,24 @@ class ShareSummary:
 class ParentClock:
     """Per timed repeat of one case: the worker's claim, the parent's witness and the
     hand-over allowance, in ns (all the repeat's calls together); on a CPU also the run time of
-    the worker's main thread as the parent read it and its bookkeeping's allowance (empty elsewhere)."""
+    the worker's main thread as the parent read it, its bookkeeping's allowance, and the host's
+    stall inside the wall witness (:func:`evaluator.measure.cpu_witness.host_stall_ns`; all
+    three empty elsewhere)."""
 
     claimed_ns: tuple[float, ...]
     witness_ns: tuple[float, ...]
     allowance_ns: tuple[float, ...]
     cpu_witness_ns: tuple[float, ...] = ()
     cpu_allowance_ns: tuple[float, ...] = ()
+    stall_ns: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.claimed_ns) == len(self.witness_ns) == len(self.allowance_ns):
             raise ValueError("claims, witnesses and allowances must be given per repeat")
         if self.cpu_witness_ns and not len(self.cpu_witness_ns) == len(self.cpu_allowance_ns) == len(self.claimed_ns):
             raise ValueError("CPU witnesses and allowances must be given per repeat")
+        if self.stall_ns and len(self.stall_ns) != len(self.claimed_ns):
+            raise ValueError("stalls must be given per repeat")
 
     @classmethod
     def of(cls, measurements: Sequence[Measurement]) -> ParentClock | None:
@@ -58,15 +63,21 @@ class ParentClock:
         if not witnessed:
             return None
         cpu = all(m.cpu_witness_ns is not None for m in witnessed)
+        stalled = any(m.stall_ns for m in witnessed)
         return cls(tuple(m.elapsed_ns for m in witnessed), tuple(m.witness_ns for m in witnessed),
                    tuple(m.allowance_ns for m in witnessed),
                    tuple(m.cpu_witness_ns for m in witnessed) if cpu else (),
-                   tuple(m.cpu_allowance_ns for m in witnessed) if cpu else ())
+                   tuple(m.cpu_allowance_ns for m in witnessed) if cpu else (),
+                   tuple(m.stall_ns for m in witnessed) if stalled else ())
+
+    def _stalls(self) -> tuple[float, ...]:
+        return self.stall_ns or (0.0,) * len(self.claimed_ns)
 
     def shares(self) -> list[float]:
-        """Each repeat's claim over its witness less its allowance, where that is positive."""
-        return [c / (w - a) for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
-                if w > a]
+        """Each repeat's claim over its witness less its allowance and the host's stall (the
+        rule's quantity), where that is positive."""
+        repeats = zip(self.claimed_ns, self.witness_ns, self.allowance_ns, self._stalls(), strict=True)
+        return [c / (w - a - s) for c, w, a, s in repeats if w - a - s > 0]
 
     def cpu_shares(self) -> list[float]:
         """Each repeat's claim over its main-thread CPU time less its allowance, where that is positive."""
@@ -84,10 +95,16 @@ class ParentClock:
         return [c / w for c, w in zip(self.claimed_ns, self.witness_ns, strict=True)]
 
     def unclaimed_over_allowance(self) -> list[float]:
-        """Each repeat's witness less its claim over its allowance: for an honest kernel, how
+        """Each repeat's witness less its claim and the host's stall, over its allowance: for an honest kernel, how
         much of the allowance the hand-over really took (under 1 where the allowance covered it)."""
-        return [(w - c) / a for c, w, a in zip(self.claimed_ns, self.witness_ns, self.allowance_ns, strict=True)
-                if a > 0]
+        repeats = zip(self.claimed_ns, self.witness_ns, self.allowance_ns, self._stalls(), strict=True)
+        return [(w - c - s) / a for c, w, a, s in repeats if a > 0]
+
+    def stall_over_allowance(self) -> list[float]:
+        """Each repeat's host stall over its allowance (empty where none was recorded): how far a
+        loaded host stretched the witness, in allowances."""
+        stalls = zip(self.stall_ns, self.allowance_ns, strict=False)  # empty without stalls
+        return [s / a for s, a in stalls if a > 0]
 
     def summary(self) -> ShareSummary | None:
         """The shares' summary; None when no repeat's witness exceeded its allowance."""
@@ -101,10 +118,12 @@ class ParentClock:
                 "allowance_ns": list(self.allowance_ns)}
         if self.cpu_witness_ns:
             data |= {"cpu_witness_ns": list(self.cpu_witness_ns), "cpu_allowance_ns": list(self.cpu_allowance_ns)}
+        if self.stall_ns:
+            data["stall_ns"] = list(self.stall_ns)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ParentClock:
         return cls(tuple(map(float, data["claimed_ns"])), tuple(map(float, data["witness_ns"])),
                    tuple(map(float, data["allowance_ns"])), tuple(map(float, data.get("cpu_witness_ns", ()))),
-                   tuple(map(float, data.get("cpu_allowance_ns", ()))))
+                   tuple(map(float, data.get("cpu_allowance_ns", ()))), tuple(map(float, data.get("stall_ns", ()))))
