@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks import parent_clock_margin
+from benchmarks import loaded_host, parent_clock_margin
 from evaluator.handover import HandoverArena
 from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, host_stall_ns
 from evaluator.measure.stats import Stats
@@ -120,6 +120,19 @@ def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
     write_results(tmp_path / "compat.json", [_run(None)])
     assert parent_clock_margin.main([str(tmp_path / "compat.json")]) == 1
     assert "no witnessed timed case" in capsys.readouterr().err
+
+
+def test_the_loaded_host_tally_judges_each_case_with_and_without_its_stall() -> None:
+    """An honest claim inside a witness the host stretched: failed with the stall left in, passed
+    with it taken out, as the evaluator judges it; a case without stalls is judged alike both ways."""
+    stalled = ParentClock((0.15e6,) * 4, (35e6,) * 4, (10e6,) * 4, stall_ns=(25e6,) * 4)
+    shaved = ParentClock((0.15e6,) * 4, (35e6,) * 4, (10e6,) * 4)
+    tally = loaded_host.Tally()
+    tally.add(_run(stalled))
+    tally.add(_run(shaved))
+    assert (tally.runs, tally.cases, tally.fails_out, tally.fails_in) == (2, 2, 1, 2)
+    assert tally.most_in == pytest.approx((35e6 - 0.15e6) / 10e6)
+    assert tally.most_out == pytest.approx((35e6 - 0.15e6) / 10e6)  # the unstalled case's
 
 
 def test_the_allowance_counts_each_byte_at_its_copys_rate_in_nanoseconds() -> None:
