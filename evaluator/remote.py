@@ -449,8 +449,8 @@ class RemoteExecutor:
         for its commands asleep there, so none of that wait is counted), and the scheduler's
         clocks around the whole repeat (:func:`~evaluator.measure.cpu_witness.host_stall_ns`)."""
         synchronize()  # the parent's own queued work (making the inputs, checking) is not the worker's
-        first = self._reading()
         start = self._clock()
+        first = self._reading()  # inside the witness, so that every wait it counts is the witness's
         install()
         flush_ns = 0.0
         if self._flush is not None:
@@ -462,8 +462,8 @@ class RemoteExecutor:
         cpu_before = self._cpu_now()
         reply = self.link.ask({"op": "timed", "id": token, "deliver": deliver, "builtin": builtin,
                                "busy_cycles": busy_cycles, "rules": self.rules}, "timed")
-        wall_ns = float(self._clock() - start)
         last = self._reading()
+        wall_ns = float(self._clock() - start)
         cpu_ns = None if cpu_before is None or last is None else float(last.main_run_ns - cpu_before)
         return _Witnessed(reply, wall_ns, flush_ns, cpu_ns, None if first is None or last is None else (first, last))
 

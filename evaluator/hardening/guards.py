@@ -232,10 +232,10 @@ def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | Non
     Each measurement carries the worker's claim (``elapsed_ns``), the parent's witness of the
     same repeat (``witness_ns``: from the moment its fresh inputs started to land to the
     worker's report, so work done ahead of the worker's clock is inside it) and the hand-over
-    share of that (``allowance_ns``, measured before the kernel was imported), less what a loaded
-    CPU host's scheduler took of it (``stall_ns``); on a CPU also the
-    run time of the worker's main thread, which calls the kernel (``cpu_witness_ns``: a loaded
-    host does not stretch it), and its bookkeeping's share of that (``cpu_allowance_ns``). A
+    share of that (``allowance_ns``, measured before the kernel was imported); on a CPU also the
+    host's stall within the witness (``stall_ns``, taken out of it), the run time of the worker's
+    main thread, which calls the kernel (``cpu_witness_ns``: a loaded host does not stretch it),
+    and its bookkeeping's share of that (``cpu_allowance_ns``). A
     claim below ``share`` of either witness less its allowance (:data:`PARENT_CLOCK_SHARE`, by
     timer) is unaccounted for; the CPU witness counts from :data:`PARENT_CLOCK_CPU_MIN_REPEATS`
     witnessed repeats.
@@ -261,9 +261,9 @@ def parent_clock_problem(measurements: Sequence[Any], share: float) -> str | Non
 
 
 def _least_fit(m: Any, by_cpu: bool) -> tuple[float, bool]:
-    """The claim over each witness less its allowance (the CPU witness's only ``by_cpu``), the
-    lesser of the two (inf where neither exceeds its allowance), and whether it was the CPU
-    witness's."""
+    """The claim over each witness less its allowance (the wall's also less the host's stall;
+    the CPU witness's only ``by_cpu``), the lesser of the two (inf where neither exceeds its
+    allowance), and whether it was the CPU witness's."""
     unexplained = m.witness_ns - m.allowance_ns - m.stall_ns
     wall = m.elapsed_ns / unexplained if unexplained > 0 else math.inf
     cpu = math.inf
