@@ -37,9 +37,10 @@ from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGo
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, Reader
 from evaluator.hardening.guards import rule_message
-from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, host_stall_ns
+from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, alone, host_stall_ns
 from evaluator.measure.ledger import Ledger
 from evaluator.measure.timing import L2Flush, Measurement, synchronize
+from evaluator.workers import SPAWNED
 
 __all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "copy_ns_per_byte", "frame"]
 
@@ -410,6 +411,8 @@ class RemoteExecutor:
         cpu_allowance_ns = self.allowance.cpu_of(len(handed.tensors), output_bytes)
         witness_ns = witnessed.wall_ns
         stall_ns = 0.0 if witnessed.readings is None else host_stall_ns(*witnessed.readings, elapsed_ns)
+        if stall_ns and not self._alone(witnessed.readings[0]):
+            stall_ns = 0.0
         measurement = Measurement(elapsed_ns, tail_ns, witness_ns, allowance_ns, self.allowance.drain_ns,
                                   witnessed.cpu_ns, cpu_allowance_ns, stall_ns)
         kernel_ns = min(measurement.elapsed_ns, witness_ns)
@@ -475,6 +478,17 @@ class RemoteExecutor:
             return self._cpu.read()
         except (OSError, ValueError, IndexError):
             return None
+
+    def _alone(self, first: CpuReading) -> bool:
+        """Whether the worker ran no process of its own in a repeat that began at ``first``: none
+        is alive or a zombie now, nothing else was re-parented to us, and no child it reaped
+        since ran for a clock tick (read after the scan, so one reaped during it counts too)."""
+        if self._cpu is None:
+            return False
+        try:
+            return alone(self.link.proc.pid, SPAWNED) and self._cpu.children_ticks() == first.children_ticks
+        except (OSError, ValueError, IndexError):
+            return False
 
     def _reading(self) -> CpuReading | None:
         """The scheduler's clocks of the worker and of this thread; None off the CPU, or once

@@ -79,6 +79,11 @@ def _worker_env(options: RunOptions, scratch: Scratch, announce: bool) -> dict[s
     return env
 
 
+SPAWNED: set[int] = set()
+"""The pids of every worker this process started: its children that are not a kernel's processes
+(rule parent-clock grants a host stall only while a worker has none, evaluator/measure/cpu_witness.py)."""
+
+
 def spawn_worker(options: RunOptions, scratch: Scratch, announce: bool = False) -> tuple[subprocess.Popen[bytes], int]:
     """A worker in a session of its own, its caches and temporary files in ``scratch``; returns it
     and the read end of its result channel. ``announce``: a spare (see the module docstring)."""
@@ -89,6 +94,7 @@ def spawn_worker(options: RunOptions, scratch: Scratch, announce: bool = False) 
         pass_fds=(write_fd,), env=_worker_env(options, scratch, announce), start_new_session=True,
     )
     os.close(write_fd)
+    SPAWNED.add(proc.pid)
     return proc, read_fd
 
 

@@ -19,7 +19,8 @@ import torch
 
 from benchmarks import loaded_host, parent_clock_margin
 from evaluator.handover import HandoverArena
-from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, host_stall_ns
+from evaluator.hardening.sandbox.children import children
+from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, alone, host_stall_ns
 from evaluator.measure.stats import Stats
 from evaluator.measure.timing import Measurement
 from evaluator.measure.witness import ParentClock
@@ -267,6 +268,31 @@ def test_a_wait_the_process_causes_itself_is_its_threads_run_time_and_no_stall()
     # None of it is a stall when the two threads have the core to themselves (the helper ran longer than the
     # main thread waited); a busy test suite's threads on the same core would be a real stall, hence the half.
     assert host_stall_ns(before, after, claimed_ns=0.0) < 0.5 * waited
+
+
+def test_a_worker_is_alone_only_without_processes_of_its_own_beside_it() -> None:
+    """A host stall is granted only while the worker runs no process of its own, whose run time
+    the worker's CPU clock would not count: a child of the worker, or anything else under the
+    parent but the workers it started (an escapee re-parented to it), takes it away."""
+    started = children()
+    plain = subprocess.Popen(["sleep", "30"])
+    parenting = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    stray = None
+    try:
+        workers = started | {plain.pid, parenting.pid}
+        deadline = time.monotonic() + 5
+        while not children(parenting.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert alone(plain.pid, workers)
+        assert not alone(parenting.pid, workers)  # its sleep is a process of its own
+        stray = subprocess.Popen(["sleep", "30"])
+        assert not alone(plain.pid, workers)  # a child of the parent it did not start as a worker
+    finally:
+        for proc in (plain, parenting, stray):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+    assert alone(plain.pid, workers)
 
 
 def test_a_process_that_is_gone_has_no_cpu_witness() -> None:

@@ -19,17 +19,23 @@ The same files say how long a thread waited for a core while it could run (sched
 field). A loaded host stretches the wall-clock witness by such waits of the parent (writing the
 inputs, reading the reply) and of the worker's main thread; no work of the worker's can happen
 in them except on its other threads, whose run time the parent reads too (the process's CPU
-clock, which counts threads that have exited). :func:`host_stall_ns` is the part of a repeat's
-wall time the rule may take as the host's, not the kernel's (docs/hardening.md, "A loaded host").
+clock, which counts threads that have exited), or in processes of its own, whose run time that
+clock does not count: so a stall is granted only while the worker has none (:func:`alone`, and
+its reaped children's run time unchanged). :func:`host_stall_ns` is the part of a repeat's wall
+time the rule may take as the host's, not the kernel's (docs/hardening.md, "A loaded host").
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["CpuReading", "MainThreadClock", "host_stall_ns"]
+from evaluator.hardening.sandbox.children import process_table
+
+__all__ = ["CpuReading", "MainThreadClock", "alone", "host_stall_ns"]
 
 
 def _schedstat(path: str) -> tuple[int, int]:
@@ -42,12 +48,14 @@ def _schedstat(path: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class CpuReading:
     """One moment's clocks (ns): the worker's main thread's run time and runnable wait, the run
-    time of all the worker's threads, and the runnable wait of the parent's reading thread."""
+    time of all the worker's threads, and the runnable wait of the parent's reading thread; and
+    the run time of the worker's reaped children, in clock ticks (/proc's only unit for it)."""
 
     main_run_ns: int
     main_wait_ns: int
     process_ns: int
     parent_wait_ns: int
+    children_ticks: int = 0
 
 
 def host_stall_ns(before: CpuReading, after: CpuReading, claimed_ns: float) -> float:
@@ -62,11 +70,21 @@ def host_stall_ns(before: CpuReading, after: CpuReading, claimed_ns: float) -> f
     return max(0.0, waited - unclaimed)
 
 
+def alone(worker: int, workers: Collection[int]) -> bool:
+    """Whether ``worker`` has no process of its own beside it: no child, alive or a zombie, and
+    nothing re-parented to this process (a subreaper, :mod:`evaluator.hardening.sandbox.children`)
+    but the ``workers`` it started itself."""
+    me = os.getpid()
+    return not any(proc.ppid == worker or (proc.ppid == me and pid != worker and pid not in workers)
+                   for pid, proc in process_table().items())
+
+
 class MainThreadClock:
     """Reads one worker's main-thread run time in ns; :meth:`of` is None where this host cannot."""
 
     def __init__(self, pid: int) -> None:
         self._schedstat = f"/proc/{pid}/task/{pid}/schedstat"
+        self._stat = f"/proc/{pid}/stat"
         self._process_clock = ((~pid) << 3) | 2  # the kernel's CPU clock id of process pid (CPUCLOCK_SCHED)
 
     @classmethod
@@ -85,4 +103,10 @@ class MainThreadClock:
         run, wait = _schedstat(self._schedstat)
         process = time.clock_gettime_ns(self._process_clock)
         parent_wait = _schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")[1]
-        return CpuReading(run, wait, process, parent_wait)
+        return CpuReading(run, wait, process, parent_wait, self.children_ticks())
+
+    def children_ticks(self) -> int:
+        """The run time of the worker's reaped children (cutime + cstime), in clock ticks."""
+        with open(self._stat, "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[13]) + int(fields[14])
