@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -288,7 +289,12 @@ def test_a_worker_is_alone_only_without_processes_of_its_own_beside_it() -> None
         stray = subprocess.Popen(["sleep", "30"])
         assert not alone(plain.pid, workers)  # a child of the parent it did not start as a worker
     finally:
-        for proc in (plain, parenting, stray):
+        # The grandchild first, which its shell then reaps: killed with the shell, it would be
+        # re-parented to this process wherever an earlier test made it a subreaper.
+        for grandchild in children(parenting.pid):
+            os.kill(grandchild, signal.SIGKILL)
+        parenting.wait(timeout=10)
+        for proc in (plain, stray):
             if proc is not None:
                 proc.kill()
                 proc.wait()
