@@ -24,25 +24,12 @@ from pathlib import Path
 from tabulate import tabulate
 
 from evaluator.hardening.guards import PARENT_CLOCK_SHARE, parent_clock_problem
-from evaluator.measure.timing import Measurement
-from evaluator.measure.witness import ParentClock
 from evaluator.results import RunResult, load_results
 
 HEADERS = ["contestant", "runs", "runs failed", "timed cases", "parent-clock fails (stall out)",
            "parent-clock fails (stall in)", "most unexplained / allowance (stall out)",
            "most unexplained / allowance (stall in)"]
 _HOG = "while True: pass"
-
-
-def measurements(witnessed: ParentClock) -> list[Measurement]:
-    """The repeats as the rule reads them, from what a results file keeps of them."""
-    n = len(witnessed.claimed_ns)
-    cpu = witnessed.cpu_witness_ns or (None,) * n
-    cpu_allowance = witnessed.cpu_allowance_ns or (0.0,) * n
-    stall = witnessed.stall_ns or (0.0,) * n
-    return [Measurement(c, 0.0, w, a, 0.0, cw, ca, s) for c, w, a, cw, ca, s in
-            zip(witnessed.claimed_ns, witnessed.witness_ns, witnessed.allowance_ns, cpu, cpu_allowance, stall,
-                strict=True)]
 
 
 @dataclass
@@ -65,7 +52,7 @@ class Tally:
             for case in stage.cases:
                 if case.parent_clock is None:
                     continue
-                repeats = measurements(case.parent_clock)
+                repeats = case.parent_clock.measurements()
                 self.cases += 1
                 self.fails_out += parent_clock_problem(repeats, share) is not None
                 self.fails_in += parent_clock_problem([replace(m, stall_ns=0.0) for m in repeats], share) is not None

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -41,6 +41,8 @@ from evaluator.measure.cpu_witness import CpuReading, MainThreadClock, alone, ho
 from evaluator.measure.ledger import Ledger
 from evaluator.measure.timing import L2Flush, Measurement, synchronize
 from evaluator.workers import SPAWNED
+
+T = TypeVar("T")
 
 __all__ = ["Allowance", "OutputTail", "RemoteExecutor", "WorkerLink", "copy_ns_per_byte", "frame"]
 
@@ -470,35 +472,30 @@ class RemoteExecutor:
         cpu_ns = None if cpu_before is None or last is None else float(last.main_run_ns - cpu_before)
         return _Witnessed(reply, wall_ns, flush_ns, cpu_ns, None if first is None or last is None else (first, last))
 
-    def _cpu_now(self) -> int | None:
-        """The worker's main-thread run time so far; None off the CPU, or once it cannot be read."""
+    def _read(self, read: Callable[[MainThreadClock], T]) -> T | None:
+        """``read`` of the worker's scheduler clocks; None off the CPU, or once they cannot be read
+        (the worker gone, a restricted ``/proc``)."""
         if self._cpu is None:
             return None
         try:
-            return self._cpu.read()
+            return read(self._cpu)
         except (OSError, ValueError, IndexError):
             return None
+
+    def _cpu_now(self) -> int | None:
+        """The worker's main-thread run time so far."""
+        return self._read(MainThreadClock.read)
+
+    def _reading(self) -> CpuReading | None:
+        """The scheduler's clocks of the worker and of this thread."""
+        return self._read(MainThreadClock.reading)
 
     def _alone(self, first: CpuReading) -> bool:
         """Whether the worker ran no process of its own in a repeat that began at ``first``: none
         is alive or a zombie now, nothing else was re-parented to us, and no child it reaped
         since ran for a clock tick (read after the scan, so one reaped during it counts too)."""
-        if self._cpu is None:
-            return False
-        try:
-            return alone(self.link.proc.pid, SPAWNED) and self._cpu.children_ticks() == first.children_ticks
-        except (OSError, ValueError, IndexError):
-            return False
-
-    def _reading(self) -> CpuReading | None:
-        """The scheduler's clocks of the worker and of this thread; None off the CPU, or once
-        they cannot be read."""
-        if self._cpu is None:
-            return None
-        try:
-            return self._cpu.reading()
-        except (OSError, ValueError, IndexError):
-            return None
+        return bool(self._read(lambda clock: alone(self.link.proc.pid, SPAWNED)
+                               and clock.children_ticks() == first.children_ticks))
 
     def _returned(self, form: Any, buffers: tuple[torch.Tensor, torch.Tensor]) -> Returned:
         if not isinstance(form, dict):

@@ -77,6 +77,7 @@ def test_the_witnesses_round_trip_and_a_version_2_file_has_none(tmp_path: Path) 
         write_results(tmp_path / "r.json", [_run(witnessed)])
         (loaded,) = load_results(tmp_path / "r.json")
         assert loaded.stages[0].cases[0].parent_clock == witnessed
+        assert ParentClock.of(witnessed.measurements()) == witnessed  # the repeats as the rule reads them
     run = _run(ParentClock((70.0, 80.0), (100.0, 110.0), (20.0, 20.0)))
     write_results(tmp_path / "r.json", [run])
 

@@ -73,6 +73,14 @@ class ParentClock:
     def _stalls(self) -> tuple[float, ...]:
         return self.stall_ns or (0.0,) * len(self.claimed_ns)
 
+    def measurements(self) -> list[Measurement]:
+        """The witnessed repeats as the rule reads them (the inverse of :meth:`of`, less what a
+        results file does not keep: the tail and the drain's allowance, both zero here)."""
+        n = len(self.claimed_ns)
+        repeats = zip(self.claimed_ns, self.witness_ns, self.allowance_ns, self.cpu_witness_ns or (None,) * n,
+                      self.cpu_allowance_ns or (0.0,) * n, self._stalls(), strict=True)
+        return [Measurement(c, 0.0, w, a, 0.0, cw, ca, s) for c, w, a, cw, ca, s in repeats]
+
     def shares(self) -> list[float]:
         """Each repeat's claim over its witness less its allowance and the host's stall (the
         rule's quantity), where that is positive."""
