@@ -482,6 +482,8 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 1024), Plan(nb=64, leaf=16, top_tile=False, two_columns=True)),  # columns in pairs
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), top_tile=True)),  # pairs with the top tile, leaves of 32
+        ((1, 4096), replace(default_plan(4096), panel="gram", leaf=32)),  # gram panels, one leaf each
+        ((1, 2048), replace(default_plan(2048), panel="gram", leaf=32)),  # gram leaves, leaf steps between
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)

@@ -13,6 +13,7 @@ EXPORT_MODULES = (
     "reference_kernels.blocked_wy.source",
     "reference_kernels.blocked_wy.column_steps",
     "reference_kernels.blocked_wy.kernels",
+    "reference_kernels.blocked_wy.gram_panel",
     "reference_kernels.blocked_wy.split_tf32",
     "reference_kernels.blocked_wy.products",
     "reference_kernels.blocked_wy.tail",

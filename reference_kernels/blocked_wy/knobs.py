@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from reference_kernels.blocked_wy.qr import UPDATES, Plan, clear_graphs, default_plan
+from reference_kernels.blocked_wy.qr import PANELS, UPDATES, Plan, clear_graphs, default_plan
 from reference_kernels.knobs import Knobs, Value
 
 __all__ = ["PLAN_AXES", "configure", "configured_plan"]
@@ -32,6 +32,7 @@ PLAN_AXES: dict[str, tuple[Value, ...]] = {
     "panel_warps": (None, 1, 2, 4, 8, 16),
     "graph": _ON_OFF,
     "trim": _ON_OFF,
+    "panel": PANELS,
     "project_bm": (16, 32, 64, 128),
     "block_n": (32, 64, 128),
     "subtract_bm": (32, 64, 128),

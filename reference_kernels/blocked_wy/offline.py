@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import triton
 
+import reference_kernels.blocked_wy.gram_panel as gram_panel
 import reference_kernels.blocked_wy.kernels as kernels
 import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.source as source
@@ -29,6 +30,9 @@ __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 Launch = tuple[triton.runtime.jit.JITFunction, tuple[dict, dict, dict, dict]]
 _KERNELS = (
     (kernels, "_panel_kernel"),
+    (gram_panel, "_bottom_gram_kernel"),
+    (gram_panel, "_gram_householder_kernel"),
+    (gram_panel, "_bottom_v_kernel"),
     (products, "_project_kernel"),
     (products, "_subtract_kernel"),
     (products, "_fused_update_kernel"),

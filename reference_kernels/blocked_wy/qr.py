@@ -22,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from reference_kernels.blocked_wy.gram_panel import gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
@@ -48,6 +49,8 @@ TRITON_SUBTRACTION = ("tf32x3", "mixed")
 # Updates that read the source only in Triton kernels, so a graph can read its input in place.
 READS_INPUT_IN_PLACE = ("tf32x3",)
 Inner = Literal["torch", "triton"]
+Panel = Literal["householder", "gram"]
+PANELS = ("householder", "gram")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,10 @@ class Plan:
       own around ``qr`` passes False), which copies the input into its buffers and the outputs out;
       without it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the
       input copy into the first update.
+    - ``panel``: each leaf factored by the panel kernel, one program per matrix holding the leaf
+      in registers (``householder``), or from its Gram matrix, the rows spread over many programs
+      (``gram``, :mod:`.gram_panel`: for batches too small to fill the GPU); ``gram`` leaves are
+      ``leaf`` wide whatever the panel's height, and take only ``panel_warps`` of the panel knobs.
     - ``trim``: first scan each matrix for trailing columns too small for the factor gate to see
       (:mod:`.tail`) and factor only the columns before them, leaving the rest zero with tau = 0;
       the widths stay on the device, where the kernels read them (no host synchronisation). Needs
@@ -95,6 +102,7 @@ class Plan:
     tiles: UpdateTiles = DEFAULT_TILES
     graph: bool = True
     trim: bool = False
+    panel: Panel = "householder"
 
     def __post_init__(self) -> None:
         for name in ("nb", "leaf"):
@@ -111,6 +119,12 @@ class Plan:
             raise ValueError("a Triton trailing update needs nb >= 16 (tl.dot)")
         if self.tiles.fused and self.update != "tf32x3":
             raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
+        if self.panel not in PANELS:
+            raise ValueError(f"panel must be one of {PANELS}, got {self.panel!r}")
+        if self.panel == "gram" and self.leaf < 16:
+            raise ValueError(f"a gram panel needs leaves of at least 16 columns (tl.dot), got {self.leaf}")
+        if self.panel == "gram" and self.trim:
+            raise ValueError("a gram panel does not trim (its kernels do not read the widths)")
         if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
             raise ValueError("trim needs the fused tf32x3 update and one leaf per panel (leaf >= nb)")
 
@@ -225,9 +239,12 @@ def _apply_qt(
         c.baddbmm_(v, w, alpha=-1.0)
 
 
-def _leaf_width(m: int, leaf: int) -> int:
-    """Widest leaf (<= ``leaf``) whose register tile for m rows fits in ``MAX_TILE``."""
-    return max(1, min(leaf, MAX_TILE // panel_tile(m, 1)[0]))
+def _leaf_width(m: int, plan: Plan) -> int:
+    """Widest leaf (<= ``plan.leaf``) whose register tile for m rows fits in ``MAX_TILE`` (gram
+    leaves keep no panel tile: ``plan.leaf``)."""
+    if plan.panel == "gram":
+        return plan.leaf
+    return max(1, min(plan.leaf, MAX_TILE // panel_tile(m, 1)[0]))
 
 
 def _factor_block(
@@ -241,7 +258,7 @@ def _factor_block(
     :func:`.kernels.factor_panel`, for a panel of one leaf.
     """
     batch, m, w = panel.shape
-    step = _leaf_width(m, plan.leaf)
+    step = _leaf_width(m, plan)
     if trim is not None and step < w:
         raise ValueError(f"a trimmed panel must be one leaf: {m} x {w} takes leaves of {step}")
     alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
@@ -251,10 +268,13 @@ def _factor_block(
         e = min(c + step, w)
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
-        factor_panel(
-            leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf),
-            plan.one_reduction, plan.top_tile, plan.panel_warps, plan.two_columns, trim,
-        )
+        if plan.panel == "gram":
+            gram_panel(leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.panel_warps or 4)
+        else:
+            factor_panel(
+                leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf),
+                plan.one_reduction, plan.top_tile, plan.panel_warps, plan.two_columns, trim,
+            )
         merge = c > 0 and need_t
         if plan.inner == "triton":
             if e < w or merge:
@@ -360,7 +380,7 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
 # The Plan fields qr's keyword arguments override, in the order of its signature.
 OVERRIDES = (
     "nb", "leaf", "whole_max", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps", "graph",
-    "trim",
+    "trim", "panel",
 )
 
 
@@ -379,6 +399,7 @@ def qr(
     panel_warps: int | None = None,
     graph: bool | None = None,
     trim: bool | None = None,
+    panel: Panel | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
@@ -389,7 +410,7 @@ def qr(
     require_square_batch(a)
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
-    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph, trim)
+    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph, trim, panel)
     if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
         plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:

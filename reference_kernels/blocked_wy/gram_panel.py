@@ -1,0 +1,277 @@
+"""Householder QR of a tall panel from its Gram matrix: the row work spread over many programs.
+
+The panel kernel of :mod:`.kernels` gives each matrix one program, so a batch of two 4096 x 4096
+matrices factors its tall panels on two multiprocessors, a column at a time. Here a panel
+``P = [P1; P2]`` (``P1`` its first w rows) is factored by three launches:
+
+1. many programs per matrix sum ``G = P2^T P2`` in float64 (each product of two float32 numbers
+   is exact there), a part of the rows each;
+2. one program per matrix runs LAPACK's column steps (``larfg`` reflectors, the same signs and
+   scalars) on w x w float64 tiles only: the top rows ``P1`` explicitly, and the rows below as
+   ``P2 @ M`` with ``M`` a w x w matrix, every inner product over those rows read off ``M^T G M``.
+   It writes R, the top of V, tau, T and M's scaled columns (the coefficients of V's lower rows);
+3. many programs per matrix write V's lower rows, ``P2 @ M``, over the panel and into V.
+
+Gram-based products lose what a column keeps below ``sqrt(eps64)`` of its first norm, as
+Cholesky QR does: the error in each squared norm is about ``kappa(P)^2 * eps64``. Step 2 builds
+``R^{-1}`` beside R, and when ``||R||_F ||R^{-1}||_F`` exceeds ``KAPPA_LIMIT`` (and the rows below
+hold anything) it factors that matrix's panel by plain Householder steps instead, two passes over
+the panel in memory per column (slow, but only there); step 3 then leaves that matrix alone. With the
+limit at 1024 the Gram route's float64 errors stay below 1e-10, under float32's rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels.blocked_wy.launch import ceil_div, pow2_at_least
+from reference_kernels.blocked_wy.source import _base
+
+__all__ = ["KAPPA_LIMIT", "gram_panel"]
+
+# Largest Frobenius condition number of a panel's R factored by the Gram route (see the docstring).
+KAPPA_LIMIT = 1024.0
+# Rows per tl.dot step of the Gram and V launches, and the most parts a matrix's Gram is split into.
+_GRAM_ROWS = 64
+_MAX_PARTS = 32
+
+
+@triton.jit(do_not_specialize=["p_off", "m", "part_rows"])
+def _bottom_gram_kernel(
+    p, p_off, p_mat_stride, p_row_stride, part, m, part_rows,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+):
+    """One part's ``P2^T P2`` (float64, BW x BW, padded with zeros), rows W + pid * part_rows on."""
+    pid_r = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    cols = tl.arange(0, BW)[None, :]
+    p_mat = p + p_off + pid_b * p_mat_stride
+    first = W + pid_r * part_rows
+    end = tl.minimum(first + part_rows, m)
+    g = tl.zeros([BW, BW], dtype=tl.float64)
+    r0 = first
+    while r0 < end:
+        rows = r0 + tl.arange(0, BR)[:, None]
+        x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < end) & (cols < W), other=0.0).to(tl.float64)
+        g = tl.dot(tl.trans(x), x, g, out_dtype=tl.float64)
+        r0 += BR
+    out = part + (pid_b * tl.num_programs(0) + pid_r) * BW * BW
+    tl.store(out + tl.arange(0, BW)[:, None] * BW + cols, g)
+
+
+@triton.jit
+def _reflector(alpha, sig):
+    """LAPACK's larfg from the leading entry and the squared norm below it: (beta, tau, scale),
+    v = [1; x * scale]; a zero tail gives tau = 0 and beta = alpha."""
+    nonzero = sig > 0
+    norm = tl.sqrt(alpha * alpha + sig)
+    beta = tl.where(alpha >= 0, -norm, norm)
+    safe = tl.where(nonzero, beta, 1.0)
+    tau = tl.where(nonzero, (beta - alpha) / safe, 0.0)
+    scale = tl.where(nonzero, 1.0 / tl.where(nonzero, alpha - beta, 1.0), 0.0)
+    return tl.where(nonzero, beta, alpha), tau, scale
+
+
+@triton.jit
+def _t_column(tri, u, tau, k, idx):
+    """T with its column k set: ``T[:k, k] = -tau T[:k, :k] z[:k]``, ``T[k, k] = tau`` (larft),
+    where ``u[:k]`` holds ``z = V^T v_k``."""
+    tcol = -tau * tl.sum(tri * tl.where(idx < k, u, 0.0)[None, :], axis=1)
+    tcol = tl.where(idx == k, tau, tcol)
+    return tl.where(idx[None, :] == k, tcol[:, None], tri)
+
+
+@triton.jit
+def _householder_in_memory(
+    p_mat, p_row_stride, v_mat, v_row_stride, m,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+):
+    """Householder QR of one m x W panel in memory, two passes over its rows per column (the
+    Gram route's fallback); returns (tau, T) and writes the panel's R and V, and V."""
+    idx = tl.arange(0, BW)
+    cols = idx[None, :]
+    col_ok = cols < W
+    taus = tl.zeros([BW], dtype=tl.float64)
+    tri = tl.zeros([BW, BW], dtype=tl.float64)
+    for k in range(W):
+        # Pass 1: c_j = sum over rows i > k of P[i, k] P[i, j], every j (for j < k, P[:, j] is v_j).
+        acc = tl.zeros([BW], dtype=tl.float64)
+        r0 = (k // BR) * BR
+        while r0 < m:
+            rows = r0 + tl.arange(0, BR)[:, None]
+            x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < m) & col_ok, other=0.0).to(tl.float64)
+            xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
+            xk = tl.where(r0 + tl.arange(0, BR) > k, xk, 0.0)
+            acc += tl.sum(x * xk[:, None], axis=0)
+            r0 += BR
+        rowk = tl.load(p_mat + k * p_row_stride + idx, mask=idx < W, other=0.0).to(tl.float64)
+        alpha = tl.sum(tl.where(idx == k, rowk, 0.0))
+        sig = tl.sum(tl.where(idx == k, acc, 0.0))
+        beta, tau, scale = _reflector(alpha, sig)
+        u = rowk + scale * acc
+        tri = _t_column(tri, u, tau, k, idx)
+        taus = tl.where(idx == k, tau, taus)
+        uk = tl.where(idx > k, u, 0.0)[None, :]
+        tl.debug_barrier()  # pass 2 overwrites rows other threads read in pass 1
+        # Pass 2: P[i, j] -= tau v_i u_j (j > k), then column k becomes beta and v_k's tail.
+        r0 = (k // BR) * BR
+        while r0 < m:
+            r = r0 + tl.arange(0, BR)
+            rows = r[:, None]
+            inside = (rows < m) & col_ok & (rows >= k)
+            x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0).to(tl.float64)
+            xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
+            vi = tl.where(r > k, scale * xk, tl.where(r == k, 1.0, 0.0))
+            x = x - (tau * vi)[:, None] * uk
+            x = tl.where(cols == k, tl.where(rows == k, beta, tl.where(rows > k, vi[:, None], x)), x)
+            tl.store(p_mat + rows * p_row_stride + cols, x.to(tl.float32), mask=inside)
+            r0 += BR
+        tl.debug_barrier()
+    r0 = 0
+    while r0 < m:
+        rows = r0 + tl.arange(0, BR)[:, None]
+        inside = (rows < m) & col_ok
+        x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0)
+        basis = tl.where(rows > cols, x, tl.where(rows == cols, 1.0, 0.0))
+        tl.store(v_mat + rows * v_row_stride + cols, basis, mask=inside)
+        r0 += BR
+    return taus, tri
+
+
+@triton.jit(do_not_specialize=["p_off", "v_off", "t_off", "tau_off", "m", "n_parts"])
+def _gram_householder_kernel(
+    p, p_off, p_mat_stride, p_row_stride,
+    v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride,
+    tau, tau_off, tau_stride,
+    part, n_parts, coef, fallback, m,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, KAPPA2: tl.constexpr,
+):
+    """Step 2 of the module docstring for matrix ``program_id(0)``."""
+    pid = tl.program_id(0).to(tl.int64)
+    idx = tl.arange(0, BW)
+    r2 = idx[:, None]
+    c2 = idx[None, :]
+    inside = (r2 < W) & (c2 < W)
+    p_mat = p + p_off + pid * p_mat_stride
+    v_mat = v + v_off + pid * v_mat_stride
+    gram = tl.zeros([BW, BW], dtype=tl.float64)
+    parts = part + pid * n_parts * BW * BW + r2 * BW + c2
+    i = 0
+    while i < n_parts:  # a while: the interpreter's range takes no tensor bounds
+        gram += tl.load(parts + i * BW * BW)
+        i += 1
+    top = tl.load(p_mat + r2 * p_row_stride + c2, mask=inside, other=0.0).to(tl.float64)
+    mix = tl.where((r2 == c2) & inside, 1.0, 0.0).to(tl.float64)  # the rows below are P2 @ mix
+    tri = tl.zeros([BW, BW], dtype=tl.float64)
+    inv = tl.zeros([BW, BW], dtype=tl.float64)  # R^{-1}, a column per step
+    taus = tl.zeros([BW], dtype=tl.float64)
+    singular = False
+    for k in range(W):
+        mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
+        # low[j] = (P2 mix[:, j])^T (P2 mix[:, k]); for j < k mix[:, j] already holds v_j's coefficients.
+        low = tl.sum(mix * tl.sum(gram * mk[None, :], axis=1)[:, None], axis=0)
+        ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+        ak_below = tl.where(idx > k, ak, 0.0)
+        high = tl.sum(top * ak_below[:, None], axis=0)
+        rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
+        alpha = tl.sum(tl.where(idx == k, rowk, 0.0))
+        sig = tl.sum(tl.where(idx == k, high + low, 0.0))
+        beta, tau_k, scale = _reflector(alpha, sig)
+        # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
+        u = rowk + scale * (high + low)
+        tri = _t_column(tri, u, tau_k, k, idx)
+        taus = tl.where(idx == k, tau_k, taus)
+        uk = tl.where(idx > k, u, 0.0)[None, :]
+        v_top = tl.where(idx > k, scale * ak, tl.where(idx == k, 1.0, 0.0))
+        top = top - (tau_k * v_top)[:, None] * uk
+        mix = mix - (tau_k * scale * mk)[:, None] * uk
+        top = tl.where(c2 == k, tl.where(r2 == k, beta, tl.where(r2 > k, scale * ak[:, None], top)), top)
+        mix = tl.where(c2 == k, mix * scale, mix)
+        # Column k of R^{-1}: -R^{-1}[:k, :k] R[:k, k] / beta, and 1 / beta on the diagonal; a
+        # beta too small to invert without overflow makes R singular (kappa infinite) outright.
+        tiny = tl.abs(beta) < 1e-150
+        singular = singular | tiny
+        safe = tl.where(tiny, 1.0, beta)
+        xcol = -tl.sum(inv * tl.where(idx < k, ak, 0.0)[None, :], axis=1) / safe
+        xcol = tl.where(idx == k, 1.0 / safe, xcol)
+        inv = tl.where(c2 == k, xcol[:, None], inv)
+    r_norm2 = tl.sum(tl.sum(tl.where(r2 <= c2, top * top, 0.0), axis=1), axis=0)
+    kappa2 = r_norm2 * tl.sum(tl.sum(inv * inv, axis=1), axis=0)
+    bottom = tl.max(tl.max(tl.abs(gram), axis=1), axis=0) > 0
+    fall = bottom & (singular | ~(kappa2 <= KAPPA2))  # a NaN falls back too
+    tl.store(fallback + pid, fall.to(tl.int32))
+    if fall:
+        taus, tri = _householder_in_memory(p_mat, p_row_stride, v_mat, v_row_stride, m, W, BW, BR)
+    else:
+        tl.store(p_mat + r2 * p_row_stride + c2, top.to(tl.float32), mask=inside)
+        basis = tl.where(r2 > c2, top, tl.where(r2 == c2, 1.0, 0.0))
+        tl.store(v_mat + r2 * v_row_stride + c2, basis.to(tl.float32), mask=inside)
+        tl.store(coef + pid * BW * BW + r2 * BW + c2, mix)
+    tl.store(tau + tau_off + pid * tau_stride + idx, taus.to(tl.float32), mask=idx < W)
+    tl.store(t + t_off + pid * t_mat_stride + r2 * t_row_stride + c2, tri.to(tl.float32), mask=inside)
+
+
+@triton.jit(do_not_specialize=["p_off", "v_off", "m"])
+def _bottom_v_kernel(
+    p, p_off, p_mat_stride, p_row_stride,
+    v, v_off, v_mat_stride, v_row_stride,
+    coef, fallback, m,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+):
+    """Step 3: rows W + pid * BR on of V = P2 @ coef, over the panel and into V."""
+    pid_b = tl.program_id(1).to(tl.int64)
+    if tl.load(fallback + pid_b) != 0:
+        return
+    rows = W + tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
+    cols = tl.arange(0, BW)[None, :]
+    inside = (rows < m) & (cols < W)
+    p_tile = p + p_off + pid_b * p_mat_stride + rows * p_row_stride + cols
+    x = tl.load(p_tile, mask=inside, other=0.0).to(tl.float64)
+    c = tl.load(coef + pid_b * BW * BW + tl.arange(0, BW)[:, None] * BW + cols)
+    y = tl.dot(x, c, out_dtype=tl.float64).to(tl.float32)
+    tl.store(p_tile, y, mask=inside)
+    tl.store(v + v_off + pid_b * v_mat_stride + rows * v_row_stride + cols, y, mask=inside)
+
+
+def gram_panel(
+    panel: torch.Tensor,
+    tau: torch.Tensor,
+    wy: tuple[torch.Tensor, torch.Tensor],
+    warps: int = 4,
+    kappa_limit: float = KAPPA_LIMIT,
+) -> torch.Tensor:
+    """Householder QR of every b x m x w panel in place (m >= w): R and V's tails over the panel,
+    ``tau`` (b x w), and ``wy = (V, T)`` as :func:`.kernels.factor_panel` writes them.
+
+    Views need unit stride along their last dimension. ``warps``: the column-step program's.
+    ``kappa_limit`` replaces ``KAPPA_LIMIT`` (0 sends every panel whose rows below hold anything
+    down the fallback). Returns each matrix's int32 flag: 1 where the fallback ran.
+    """
+    v, t = wy
+    batch, m, w = panel.shape
+    if m < w or tau.shape != (batch, w) or v.shape != panel.shape or t.shape != (batch, w, w):
+        raise ValueError(f"bad panel shapes: panel {tuple(panel.shape)}, tau {tuple(tau.shape)}, "
+                         f"V {tuple(v.shape)}, T {tuple(t.shape)}")
+    block_w = max(16, pow2_at_least(w))
+    below = m - w
+    n_parts = max(1, min(_MAX_PARTS, ceil_div(below, _GRAM_ROWS)))
+    part_rows = ceil_div(ceil_div(max(below, 1), n_parts), _GRAM_ROWS) * _GRAM_ROWS
+    part = panel.new_empty(batch, n_parts, block_w, block_w, dtype=torch.float64)
+    coef = panel.new_empty(batch, block_w, block_w, dtype=torch.float64)
+    fallback = panel.new_empty(batch, dtype=torch.int32)
+    p_args = (*_base(panel), panel.stride(0), panel.stride(1))
+    v_args = (*_base(v), v.stride(0), v.stride(1))
+    sizes = {"W": w, "BW": block_w}
+    _bottom_gram_kernel[(n_parts, batch)](*p_args, part, m, part_rows, BR=_GRAM_ROWS, num_warps=4, **sizes)
+    _gram_householder_kernel[(batch,)](
+        *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
+        part, n_parts, coef, fallback, m, BR=_GRAM_ROWS, KAPPA2=kappa_limit**2, num_warps=warps, **sizes,
+    )
+    if below > 0:
+        _bottom_v_kernel[(ceil_div(below, _GRAM_ROWS), batch)](
+            *p_args, *v_args, coef, fallback, m, BR=_GRAM_ROWS, num_warps=4, **sizes,
+        )
+    return fallback
