@@ -109,6 +109,21 @@ def test_an_ill_conditioned_panel_falls_back_alone() -> None:
     _assert_wy_matches(panel, tau, v, t)
 
 
+def test_scaled_columns_stay_on_the_gram_route() -> None:
+    """Columns scaled from 1 down to 1e-6 (R's plain condition number near 1e6) are no reason to
+    fall back: the Gram route's rounding scales with its columns, and its result is geqrf's."""
+    gen = torch.Generator().manual_seed(7)
+    p = (torch.randn(2, 160, 32, generator=gen) * torch.logspace(0, -6, 32)).to(DEVICE)
+    panel, tau, v, t, flags = _factor(p)
+    assert flags.tolist() == [0, 0]
+    h_ref, tau_ref = torch.geqrf(p.cpu())
+    torch.testing.assert_close(panel.cpu(), h_ref, rtol=0, atol=2e-5)
+    torch.testing.assert_close(tau.cpu(), tau_ref, rtol=0, atol=2e-5)
+    factor, orthogonality = _scaled_residuals(p, panel, tau)
+    assert factor <= RESIDUAL_LIMIT
+    assert orthogonality <= RESIDUAL_LIMIT
+
+
 def test_a_singular_top_with_nothing_below_stays_on_the_gram_route() -> None:
     """Rows below the top block that are exactly zero (an upper-triangular or rank-deficient
     trailing block) make the Gram products exact: no fallback however singular the top is."""

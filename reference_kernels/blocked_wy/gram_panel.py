@@ -13,11 +13,14 @@ matrices factors its tall panels on two multiprocessors, a column at a time. Her
 3. many programs per matrix write V's lower rows, ``P2 @ M``, over the panel and into V.
 
 Gram-based products lose what a column keeps below ``sqrt(eps64)`` of its first norm, as
-Cholesky QR does: the error in each squared norm is about ``kappa(P)^2 * eps64``. Step 2 builds
-``R^{-1}`` beside R, and when ``||R||_F ||R^{-1}||_F`` exceeds ``KAPPA_LIMIT`` (and the rows below
-hold anything) it factors that matrix's panel by plain Householder steps instead, two passes over
-the panel in memory per column (slow, but only there); step 3 then leaves that matrix alone. With the
-limit at 1024 the Gram route's float64 errors stay below 1e-10, under float32's rounding.
+Cholesky QR does: the error in each squared norm is about ``kappa^2 * eps64``, kappa the condition
+number of P with its columns scaled to unit norm (scaling a column by a power of two scales every
+rounding with it, so only a scale-free kappa can govern the error). Step 2 builds ``R^{-1}`` beside
+R, and when the Frobenius condition number of R with unit columns exceeds ``KAPPA_LIMIT`` (and the
+rows below hold anything) it factors that matrix's panel by plain Householder steps instead, one
+pass over the panel in memory per column (slow, but only there); step 3 then leaves that matrix
+alone. With the limit at 1024 the Gram route's float64 errors stay below 1e-10, under float32's
+rounding.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ __all__ = ["KAPPA_LIMIT", "gram_panel"]
 
 # Largest Frobenius condition number of a panel's R factored by the Gram route (see the docstring).
 KAPPA_LIMIT = 1024.0
-# Rows per tl.dot step of the Gram and V launches, and the most parts a matrix's Gram is split into.
+# Rows per tl.dot step of the Gram and V launches, the most parts a matrix's Gram is split into,
+# and rows per step of the fallback's passes.
 _GRAM_ROWS = 64
 _MAX_PARTS = 32
+_FALLBACK_ROWS = 64
 
 
 @triton.jit(do_not_specialize=["p_off", "m", "part_rows"])
@@ -84,28 +89,34 @@ def _t_column(tri, u, tau, k, idx):
 
 
 @triton.jit
+def _gram_row(x, r, cols, k):
+    """``sum over rows i > k of x[i, k] x[i, j]`` for every column j of the row block x (rows r)."""
+    xk = tl.where(r > k, tl.sum(tl.where(cols == k, x, 0.0), axis=1), 0.0)
+    return tl.sum(x * xk[:, None], axis=0)
+
+
+@triton.jit
 def _householder_in_memory(
     p_mat, p_row_stride, v_mat, v_row_stride, m,
     W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
 ):
-    """Householder QR of one m x W panel in memory, two passes over its rows per column (the
-    Gram route's fallback); returns (tau, T) and writes the panel's R and V, and V."""
+    """Householder QR of one m x W panel in memory (the Gram route's fallback), one pass over its
+    rows per column: the pass that applies column k's reflector also sums column k + 1's inner
+    products with every column. Returns (tau, T); writes the panel's R and V, and V."""
     idx = tl.arange(0, BW)
     cols = idx[None, :]
     col_ok = cols < W
     taus = tl.zeros([BW], dtype=tl.float64)
     tri = tl.zeros([BW, BW], dtype=tl.float64)
+    # acc[j]: sum over rows i > k of P[i, k] P[i, j] (for j < k, P[:, j] holds v_j), here for k = 0.
+    acc = tl.zeros([BW], dtype=tl.float64)
+    r0 = 0
+    while r0 < m:
+        r = r0 + tl.arange(0, BR)
+        x = tl.load(p_mat + r[:, None] * p_row_stride + cols, mask=(r[:, None] < m) & col_ok, other=0.0)
+        acc += _gram_row(x.to(tl.float64), r, cols, 0)
+        r0 += BR
     for k in range(W):
-        # Pass 1: c_j = sum over rows i > k of P[i, k] P[i, j], every j (for j < k, P[:, j] is v_j).
-        acc = tl.zeros([BW], dtype=tl.float64)
-        r0 = (k // BR) * BR
-        while r0 < m:
-            rows = r0 + tl.arange(0, BR)[:, None]
-            x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < m) & col_ok, other=0.0).to(tl.float64)
-            xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
-            xk = tl.where(r0 + tl.arange(0, BR) > k, xk, 0.0)
-            acc += tl.sum(x * xk[:, None], axis=0)
-            r0 += BR
         rowk = tl.load(p_mat + k * p_row_stride + idx, mask=idx < W, other=0.0).to(tl.float64)
         alpha = tl.sum(tl.where(idx == k, rowk, 0.0))
         sig = tl.sum(tl.where(idx == k, acc, 0.0))
@@ -114,8 +125,9 @@ def _householder_in_memory(
         tri = _t_column(tri, u, tau, k, idx)
         taus = tl.where(idx == k, tau, taus)
         uk = tl.where(idx > k, u, 0.0)[None, :]
-        tl.debug_barrier()  # pass 2 overwrites rows other threads read in pass 1
-        # Pass 2: P[i, j] -= tau v_i u_j (j > k), then column k becomes beta and v_k's tail.
+        tl.debug_barrier()  # the pass below overwrites rows other threads have read
+        # P[i, j] -= tau v_i u_j (j > k); column k becomes beta and v_k's tail.
+        acc = tl.zeros([BW], dtype=tl.float64)
         r0 = (k // BR) * BR
         while r0 < m:
             r = r0 + tl.arange(0, BR)
@@ -126,7 +138,9 @@ def _householder_in_memory(
             vi = tl.where(r > k, scale * xk, tl.where(r == k, 1.0, 0.0))
             x = x - (tau * vi)[:, None] * uk
             x = tl.where(cols == k, tl.where(rows == k, beta, tl.where(rows > k, vi[:, None], x)), x)
-            tl.store(p_mat + rows * p_row_stride + cols, x.to(tl.float32), mask=inside)
+            x = x.to(tl.float32)
+            tl.store(p_mat + rows * p_row_stride + cols, x, mask=inside)
+            acc += _gram_row(x.to(tl.float64), r, cols, k + 1)  # of the values as stored
             r0 += BR
         tl.debug_barrier()
     r0 = 0
@@ -198,8 +212,10 @@ def _gram_householder_kernel(
         xcol = -tl.sum(inv * tl.where(idx < k, ak, 0.0)[None, :], axis=1) / safe
         xcol = tl.where(idx == k, 1.0 / safe, xcol)
         inv = tl.where(c2 == k, xcol[:, None], inv)
-    r_norm2 = tl.sum(tl.sum(tl.where(r2 <= c2, top * top, 0.0), axis=1), axis=0)
-    kappa2 = r_norm2 * tl.sum(tl.sum(inv * inv, axis=1), axis=0)
+    # kappa_F of R with unit columns, R D^{-1} (D: R's column norms, P's): sqrt(W) ||D R^{-1}||_F.
+    col_norm2 = tl.sum(tl.where(r2 <= c2, top * top, 0.0), axis=0)
+    scaled_inv2 = tl.where(r2 == c2, col_norm2[None, :] * tl.sum(inv * inv, axis=1)[:, None], 0.0)
+    kappa2 = W * tl.sum(tl.sum(scaled_inv2, axis=1), axis=0)
     bottom = tl.max(tl.max(tl.abs(gram), axis=1), axis=0) > 0
     fall = bottom & (singular | ~(kappa2 <= KAPPA2))  # a NaN falls back too
     tl.store(fallback + pid, fall.to(tl.int32))
@@ -268,7 +284,7 @@ def gram_panel(
     _bottom_gram_kernel[(n_parts, batch)](*p_args, part, m, part_rows, BR=_GRAM_ROWS, num_warps=4, **sizes)
     _gram_householder_kernel[(batch,)](
         *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
-        part, n_parts, coef, fallback, m, BR=_GRAM_ROWS, KAPPA2=kappa_limit**2, num_warps=warps, **sizes,
+        part, n_parts, coef, fallback, m, BR=_FALLBACK_ROWS, KAPPA2=kappa_limit**2, num_warps=warps, **sizes,
     )
     if below > 0:
         _bottom_v_kernel[(ceil_div(below, _GRAM_ROWS), batch)](

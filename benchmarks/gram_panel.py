@@ -1,0 +1,127 @@
+"""blocked_wy's Gram-route panels on qr_v2's large cases: how many panels take the fallback, and on a
+GPU the verdicts and times of Gram-route plans against the default ones.
+
+Run from the repo root: ``python -m benchmarks.gram_panel [--min-n 1024] [--out FILE.md]``.
+
+The fallback count needs no GPU. A panel of columns j0 .. j0 + w goes down the fallback of
+:mod:`reference_kernels.blocked_wy.gram_panel` when the Frobenius condition number of its R with
+unit columns (R is the diagonal block ``R[j0:j0+w, j0:j0+w]`` of the whole matrix's R, a float64 QR
+here) exceeds
+``KAPPA_LIMIT`` while its rows below the top block hold anything (the panel as the factorisation
+meets it: the earlier reflectors applied, by ``ormqr``). On a GPU each spec is also factored by the
+default plan and by each Gram-route variant (captured graphs, back-to-back calls timed by CUDA events,
+median after a warm-up: a quick look, not the evaluator's protocol, which ``qrbench sweep`` is),
+with the contest's verdict and the worst scaled factor residual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from benchmarks.note import machine_line, publish
+from evaluator.shapes import Case, resolve_shapes
+from reference import generate_input, verdict
+from reference_kernels.blocked_wy import Plan, default_plan, qr
+from reference_kernels.blocked_wy.gram_panel import KAPPA_LIMIT
+
+# Gram-route variants per size, laid over its default plan: one leaf per panel, and at 2048 (whose
+# plan has 128-column panels) 32-column panels with the one-launch-per-kind tf32x3 update too.
+VARIANTS: dict[int, tuple[dict[str, object], ...]] = {
+    1024: ({"leaf": 32}, {"leaf": 16}),
+    2048: ({"leaf": 32}, {"nb": 32, "leaf": 32, "update": "tf32x3"}),
+    4096: ({"leaf": 32},),
+}
+
+
+def fallback_panels(a: torch.Tensor, w: int = 32) -> tuple[int, int]:
+    """(panels that would take the fallback, panels) over the batch ``a``, w-column panels."""
+    batch, n, _ = a.shape
+    h, tau = torch.geqrf(a.double())
+    r = torch.triu(h)
+    falls = 0
+    for j0 in range(0, n, w):
+        j1 = min(j0 + w, n)
+        block = r[:, j0:j1, j0:j1]
+        eye = torch.eye(j1 - j0, dtype=torch.float64, device=a.device).expand_as(block)
+        inverse = torch.linalg.solve_triangular(block, eye, upper=True)
+        # kappa_F of the block with unit columns, as the kernel computes it: sqrt(w) ||D R^{-1}||_F.
+        kappa = ((j1 - j0) * (block.norm(dim=1, keepdim=True).transpose(1, 2) * inverse).square().sum((1, 2))).sqrt()
+        over = ~(kappa <= KAPPA_LIMIT)  # a singular block gives inf or NaN
+        if not over.any() or j1 == n:  # the last panel has no rows below its top
+            continue
+        panel = a.double()[over][:, :, j0:j1]
+        if j0:
+            panel = torch.ormqr(h[over][:, :, :j0], tau[over][:, :j0], panel, transpose=True)
+        falls += int((panel[:, j1:].abs().amax(dim=(1, 2)) > 0).sum())
+    return falls, batch * -(-n // w)
+
+
+def _time_ms(plan: Plan, a: torch.Tensor, calls: int) -> float:
+    for _ in range(3):
+        qr(a, plan=plan)  # capture and warm-up
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        qr(a, plan=plan)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _gpu_cells(case: Case, a: torch.Tensor, calls: int) -> list[str]:
+    """'ms, passed, worst scaled factor residual' of the default plan and of every variant."""
+    base = default_plan(case.n)
+    cells = []
+    for plan in (base, *(replace(base, panel="gram", **v) for v in VARIANTS[case.n])):
+        result = verdict(a, qr(a, plan=plan))
+        residual = result.diagnostics.get("scaled_factor_residual", float("nan"))
+        verdict_text = "pass" if result.passed else "FAIL"
+        cells.append(f"{_time_ms(plan, a, calls):.3f} ms, {verdict_text}, {residual:.3f}")
+    return cells
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-n", type=int, default=1024, help="smallest n of the specs taken (default 1024)")
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per plan on a GPU (default 20)")
+    parser.add_argument("--out", type=Path, help="Markdown file to write the table to")
+    args = parser.parse_args()
+    gpu = torch.cuda.is_available()
+    shapes = resolve_shapes("qr_v2")
+    headers = ["mode", "spec", "panels falling back"]
+    if gpu:
+        headers += ["default plan", *(f"gram variant {i + 1}" for i in range(max(map(len, VARIANTS.values()))))]
+    rows = []
+    for mode in ("test", "benchmark"):
+        for case in shapes.cases(mode):
+            if case.n < args.min_n or case.n not in VARIANTS:
+                continue
+            a = generate_input(**case.generator_args())
+            falls, panels = fallback_panels(a)
+            row = [mode, case.label, f"{falls} of {panels}"]
+            if gpu:
+                cells = _gpu_cells(case, a, args.calls)
+                row += cells + [""] * (len(headers) - len(row) - len(cells))
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    where = "cuda" if gpu else "cpu"
+    header = (f"Gram-route panels of blocked_wy (fallback past a unit-column kappa_F of {KAPPA_LIMIT:g}) on qr_v2's specs of "
+              f"n >= {args.min_n}, inputs made on the {where.upper()}; {machine_line(where)}.")
+    if gpu:
+        header += (" GPU cells: median ms of back-to-back graphed calls, the contest's verdict, the worst"
+                   " scaled factor residual; the variants per size, in order: " + str(VARIANTS) + ".")
+    publish("Gram-route panels", header, tabulate(rows, headers, tablefmt="github"),
+            "python -m benchmarks.gram_panel", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
