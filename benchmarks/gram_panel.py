@@ -113,8 +113,8 @@ def main() -> int:
             rows.append(row)
             print(" | ".join(row), flush=True)
     where = "cuda" if gpu else "cpu"
-    header = (f"Gram-route panels of blocked_wy (fallback past a unit-column kappa_F of {KAPPA_LIMIT:g}) on qr_v2's specs of "
-              f"n >= {args.min_n}, inputs made on the {where.upper()}; {machine_line(where)}.")
+    header = (f"Gram-route panels of blocked_wy (fallback past a unit-column kappa_F of {KAPPA_LIMIT:g}) on qr_v2's "
+              f"specs of n >= {args.min_n}, inputs made on the {where.upper()}; {machine_line(where)}.")
     if gpu:
         header += (" GPU cells: median ms of back-to-back graphed calls, the contest's verdict, the worst"
                    " scaled factor residual; the variants per size, in order: " + str(VARIANTS) + ".")
