@@ -83,7 +83,7 @@ def test_a_panel_gets_lapacks_reflectors(batch: int, m: int, w: int, route: str)
     """Both routes give geqrf's H and tau (same signs and scalars) on well-conditioned panels; the
     Gram route is the one taken unless the limit sends every panel down the fallback."""
     p = torch.randn(batch, m, w, generator=torch.Generator().manual_seed(m + w)).to(DEVICE)
-    options = {"kappa_limit": 0.0} if route == "fallback" else {}
+    options = {"error_limit": 0.0} if route == "fallback" else {}
     panel, tau, v, t, flags = _factor(p, **options)
     expected = int(route == "fallback" and m > w)  # nothing below the top: no Gram error to fear
     assert flags.tolist() == [expected] * batch
@@ -94,7 +94,7 @@ def test_a_panel_gets_lapacks_reflectors(batch: int, m: int, w: int, route: str)
 
 
 def test_an_ill_conditioned_panel_falls_back_alone() -> None:
-    """A panel with two nearly collinear columns and a zero one (kappa far past the limit) is
+    """A panel with two nearly collinear columns and a zero one (the Gram products' rounding far past the limit) is
     factored by the fallback, its neighbour in the batch by the Gram route, both valid."""
     gen = torch.Generator().manual_seed(5)
     p = torch.randn(2, 200, 32, generator=gen)
@@ -110,7 +110,7 @@ def test_an_ill_conditioned_panel_falls_back_alone() -> None:
 
 
 def test_scaled_columns_stay_on_the_gram_route() -> None:
-    """Columns scaled from 1 down to 1e-6 (R's plain condition number near 1e6) are no reason to
+    """Columns scaled from 1 down to 1e-6 (R's condition number near 1e6) are no reason to
     fall back: the Gram route's rounding scales with its columns, and its result is geqrf's."""
     gen = torch.Generator().manual_seed(7)
     p = (torch.randn(2, 160, 32, generator=gen) * torch.logspace(0, -6, 32)).to(DEVICE)

@@ -12,15 +12,15 @@ matrices factors its tall panels on two multiprocessors, a column at a time. Her
    It writes R, the top of V, tau, T and M's scaled columns (the coefficients of V's lower rows);
 3. many programs per matrix write V's lower rows, ``P2 @ M``, over the panel and into V.
 
-Gram-based products lose what a column keeps below ``sqrt(eps64)`` of its first norm, as
-Cholesky QR does: the error in each squared norm is about ``kappa^2 * eps64``, kappa the condition
-number of P with its columns scaled to unit norm (scaling a column by a power of two scales every
-rounding with it, so only a scale-free kappa can govern the error). Step 2 builds ``R^{-1}`` beside
-R, and when the Frobenius condition number of R with unit columns exceeds ``KAPPA_LIMIT`` (and the
-rows below hold anything) it factors that matrix's panel by plain Householder steps instead, one
-pass over the panel in memory per column (slow, but only there); step 3 then leaves that matrix
-alone. With the limit at 1024 the Gram route's float64 errors stay below 1e-10, under float32's
-rounding.
+Gram-based products lose digits as Cholesky QR does. The column-step program bounds the rounding
+of each squared norm it reads off ``G``: about ``m eps64 (sum_i |M[i, k]| ||P2[:, i]||)^2`` for
+column k of an m-row panel, a bound that scales with the columns (scaling a column by a power of
+two scales every rounding with it) and grows with M's cancellations, as in nearly collinear
+columns. Where that bound exceeds ``GRAM_ERROR_LIMIT`` of the column's remaining squared norm, the
+program factors its matrix's panel by plain Householder steps instead, one pass over the panel in
+memory per column (slow, but rare); step 3 then leaves that matrix alone. A limit of 1e-9 keeps
+the Gram route's errors far under float32's rounding (eps32 = 1.2e-7), and an exactly zero column
+or block below the top, which rounds to nothing, never falls back.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.blocked_wy.launch import ceil_div, pow2_at_least
+from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.source import _base
 
-__all__ = ["KAPPA_LIMIT", "gram_panel"]
+__all__ = ["GRAM_ERROR_LIMIT", "error_scale", "gram_panel"]
 
-# Largest Frobenius condition number of a panel's R factored by the Gram route (see the docstring).
-KAPPA_LIMIT = 1024.0
+# Largest bound on a squared norm's relative rounding that the Gram route accepts (the docstring).
+GRAM_ERROR_LIMIT = 1e-9
+_EPS64 = 2.0**-53
 # Rows per tl.dot step of the Gram and V launches, the most parts a matrix's Gram is split into,
 # and rows per step of the fallback's passes.
 _GRAM_ROWS = 64
@@ -67,8 +68,19 @@ def _bottom_gram_kernel(
 
 
 @triton.jit
-def _reflector(alpha, sig):
-    """LAPACK's larfg from the leading entry and the squared norm below it: (beta, tau, scale),
+def _add_pairs64(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
+def _add_triples64(a, b, c, d, e, f):
+    return a + d, b + e, c + f
+
+
+@triton.jit
+def _reflector64(alpha, sig):
+    """LAPACK's larfg from the leading entry and the squared norm below it, in float64 (column_steps'
+    own is float32: its correctly rounded division takes float32 only): (beta, tau, scale),
     v = [1; x * scale]; a zero tail gives tau = 0 and beta = alpha."""
     nonzero = sig > 0
     norm = tl.sqrt(alpha * alpha + sig)
@@ -120,7 +132,7 @@ def _householder_in_memory(
         rowk = tl.load(p_mat + k * p_row_stride + idx, mask=idx < W, other=0.0).to(tl.float64)
         alpha = tl.sum(tl.where(idx == k, rowk, 0.0))
         sig = tl.sum(tl.where(idx == k, acc, 0.0))
-        beta, tau, scale = _reflector(alpha, sig)
+        beta, tau, scale = _reflector64(alpha, sig)
         u = rowk + scale * acc
         tri = _t_column(tri, u, tau, k, idx)
         taus = tl.where(idx == k, tau, taus)
@@ -160,8 +172,8 @@ def _gram_householder_kernel(
     v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride,
     tau, tau_off, tau_stride,
-    part, n_parts, coef, fallback, m,
-    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, KAPPA2: tl.constexpr,
+    part, n_parts, coef, fallback, m, error_scale,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """Step 2 of the module docstring for matrix ``program_id(0)``."""
     pid = tl.program_id(0).to(tl.int64)
@@ -179,47 +191,47 @@ def _gram_householder_kernel(
         i += 1
     top = tl.load(p_mat + r2 * p_row_stride + c2, mask=inside, other=0.0).to(tl.float64)
     mix = tl.where((r2 == c2) & inside, 1.0, 0.0).to(tl.float64)  # the rows below are P2 @ mix
+    lower_norms = tl.sqrt(tl.sum(tl.where(r2 == c2, gram, 0.0), axis=1))  # ||P2[:, i]||, by row of mix
+    # From here ``gram`` is G @ mix (G while mix is I), updated with mix: its column k is G mk.
     tri = tl.zeros([BW, BW], dtype=tl.float64)
-    inv = tl.zeros([BW, BW], dtype=tl.float64)  # R^{-1}, a column per step
     taus = tl.zeros([BW], dtype=tl.float64)
-    singular = False
+    shaky = False
     for k in range(W):
         mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
-        # low[j] = (P2 mix[:, j])^T (P2 mix[:, k]); for j < k mix[:, j] already holds v_j's coefficients.
-        low = tl.sum(mix * tl.sum(gram * mk[None, :], axis=1)[:, None], axis=0)
+        g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
         ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
         ak_below = tl.where(idx > k, ak, 0.0)
-        high = tl.sum(top * ak_below[:, None], axis=0)
-        rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
-        alpha = tl.sum(tl.where(idx == k, rowk, 0.0))
-        sig = tl.sum(tl.where(idx == k, high + low, 0.0))
-        beta, tau_k, scale = _reflector(alpha, sig)
+        # low[j] = (P2 mix[:, j])^T (P2 mk), for j < k with v_j's coefficients in mix[:, j]; reach[j]
+        # = sum_i |mix[i, j]| ||P2[:, i]||, whose square bounds the rounding of low[j] (about m eps64 of it).
+        # high[j] = top's rows below k against column j; rowk = top's row k.
+        if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+            low = tl.sum(mix * g[:, None], axis=0)
+            reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
+            high = tl.sum(top * ak_below[:, None], axis=0)
+            rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
+        else:
+            low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs64)
+            high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs64)
+        at_k = idx == k
+        alpha, sig, reach_k = tl.reduce(
+            (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
+        )
+        beta, tau_k, scale = _reflector64(alpha, sig)
+        shaky = shaky | (reach_k * reach_k * error_scale > alpha * alpha + sig)
         # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
         u = rowk + scale * (high + low)
         tri = _t_column(tri, u, tau_k, k, idx)
-        taus = tl.where(idx == k, tau_k, taus)
+        taus = tl.where(at_k, tau_k, taus)
         uk = tl.where(idx > k, u, 0.0)[None, :]
-        v_top = tl.where(idx > k, scale * ak, tl.where(idx == k, 1.0, 0.0))
+        v_top = tl.where(idx > k, scale * ak, tl.where(at_k, 1.0, 0.0))
         top = top - (tau_k * v_top)[:, None] * uk
         mix = mix - (tau_k * scale * mk)[:, None] * uk
+        gram = gram - (tau_k * scale * g)[:, None] * uk
         top = tl.where(c2 == k, tl.where(r2 == k, beta, tl.where(r2 > k, scale * ak[:, None], top)), top)
         mix = tl.where(c2 == k, mix * scale, mix)
-        # Column k of R^{-1}: -R^{-1}[:k, :k] R[:k, k] / beta, and 1 / beta on the diagonal; a
-        # beta too small to invert without overflow makes R singular (kappa infinite) outright.
-        tiny = tl.abs(beta) < 1e-150
-        singular = singular | tiny
-        safe = tl.where(tiny, 1.0, beta)
-        xcol = -tl.sum(inv * tl.where(idx < k, ak, 0.0)[None, :], axis=1) / safe
-        xcol = tl.where(idx == k, 1.0 / safe, xcol)
-        inv = tl.where(c2 == k, xcol[:, None], inv)
-    # kappa_F of R with unit columns, R D^{-1} (D: R's column norms, P's): sqrt(W) ||D R^{-1}||_F.
-    col_norm2 = tl.sum(tl.where(r2 <= c2, top * top, 0.0), axis=0)
-    scaled_inv2 = tl.where(r2 == c2, col_norm2[None, :] * tl.sum(inv * inv, axis=1)[:, None], 0.0)
-    kappa2 = W * tl.sum(tl.sum(scaled_inv2, axis=1), axis=0)
-    bottom = tl.max(tl.max(tl.abs(gram), axis=1), axis=0) > 0
-    fall = bottom & (singular | ~(kappa2 <= KAPPA2))  # a NaN falls back too
-    tl.store(fallback + pid, fall.to(tl.int32))
-    if fall:
+        gram = tl.where(c2 == k, gram * scale, gram)
+    tl.store(fallback + pid, shaky.to(tl.int32))
+    if shaky:
         taus, tri = _householder_in_memory(p_mat, p_row_stride, v_mat, v_row_stride, m, W, BW, BR)
     else:
         tl.store(p_mat + r2 * p_row_stride + c2, top.to(tl.float32), mask=inside)
@@ -252,18 +264,25 @@ def _bottom_v_kernel(
     tl.store(v + v_off + pid_b * v_mat_stride + rows * v_row_stride + cols, y, mask=inside)
 
 
+def error_scale(rows: int, error_limit: float) -> float:
+    """What the column-step program multiplies a column's squared reach by before comparing it with
+    the column's remaining squared norm: ``rows eps64 / error_limit`` (for a limit of 0, 1e200: any
+    reach at all falls back, and a zero one, times it, is still zero)."""
+    return max(rows, 1) * _EPS64 / error_limit if error_limit > 0 else 1e200
+
+
 def gram_panel(
     panel: torch.Tensor,
     tau: torch.Tensor,
     wy: tuple[torch.Tensor, torch.Tensor],
     warps: int = 4,
-    kappa_limit: float = KAPPA_LIMIT,
+    error_limit: float = GRAM_ERROR_LIMIT,
 ) -> torch.Tensor:
     """Householder QR of every b x m x w panel in place (m >= w): R and V's tails over the panel,
     ``tau`` (b x w), and ``wy = (V, T)`` as :func:`.kernels.factor_panel` writes them.
 
     Views need unit stride along their last dimension. ``warps``: the column-step program's.
-    ``kappa_limit`` replaces ``KAPPA_LIMIT`` (0 sends every panel whose rows below hold anything
+    ``error_limit`` replaces ``GRAM_ERROR_LIMIT`` (0 sends every panel whose rows below hold anything
     down the fallback). Returns each matrix's int32 flag: 1 where the fallback ran.
     """
     v, t = wy
@@ -284,7 +303,8 @@ def gram_panel(
     _bottom_gram_kernel[(n_parts, batch)](*p_args, part, m, part_rows, BR=_GRAM_ROWS, num_warps=4, **sizes)
     _gram_householder_kernel[(batch,)](
         *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
-        part, n_parts, coef, fallback, m, BR=_FALLBACK_ROWS, KAPPA2=kappa_limit**2, num_warps=warps, **sizes,
+        part, n_parts, coef, fallback, m, error_scale(m, error_limit), BR=_FALLBACK_ROWS, INTERPRETED=INTERPRETED,
+        num_warps=warps, **sizes,
     )
     if below > 0:
         _bottom_v_kernel[(ceil_div(below, _GRAM_ROWS), batch)](
