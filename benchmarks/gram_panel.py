@@ -3,12 +3,10 @@ GPU the verdicts and times of Gram-route plans against the default ones.
 
 Run from the repo root: ``python -m benchmarks.gram_panel [--min-n 1024] [--out FILE.md]``.
 
-The fallback count needs no GPU. A panel of columns j0 .. j0 + w goes down the fallback of
-:mod:`reference_kernels.blocked_wy.gram_panel` when the Frobenius condition number of its R with
-unit columns (R is the diagonal block ``R[j0:j0+w, j0:j0+w]`` of the whole matrix's R, a float64 QR
-here) exceeds
-``KAPPA_LIMIT`` while its rows below the top block hold anything (the panel as the factorisation
-meets it: the earlier reflectors applied, by ``ormqr``). On a GPU each spec is also factored by the
+The fallback count needs no GPU: each spec's panels as the factorisation meets them (the earlier
+reflectors of a float64 QR applied by ``ormqr``) go through :func:`fallback_flags`, the
+column-step program's decision in float64 torch (tests/test_gram_panel.py holds it to the
+kernel's flags). On a GPU each spec is also factored by the
 default plan and by each Gram-route variant (captured graphs, back-to-back calls timed by CUDA events,
 median after a warm-up: a quick look, not the evaluator's protocol, which ``qrbench sweep`` is),
 with the contest's verdict and the worst scaled factor residual.
@@ -28,7 +26,7 @@ from benchmarks.note import machine_line, publish
 from evaluator.shapes import Case, resolve_shapes
 from reference import generate_input, verdict
 from reference_kernels.blocked_wy import Plan, default_plan, qr
-from reference_kernels.blocked_wy.gram_panel import KAPPA_LIMIT
+from reference_kernels.blocked_wy.gram_panel import GRAM_ERROR_LIMIT, error_scale
 
 # Gram-route variants per size, laid over its default plan: one leaf per panel, and at 2048 (whose
 # plan has 128-column panels) 32-column panels with the one-launch-per-kind tf32x3 update too.
@@ -39,26 +37,54 @@ VARIANTS: dict[int, tuple[dict[str, object], ...]] = {
 }
 
 
+def fallback_flags(p: torch.Tensor, error_limit: float = GRAM_ERROR_LIMIT) -> torch.Tensor:
+    """Which panels of the batch ``p`` (b x m x w) the column-step program sends down the fallback:
+    its column steps on the top block and ``P2 @ M`` in float64, with the bound on each squared
+    norm's rounding it checks (:mod:`reference_kernels.blocked_wy.gram_panel`)."""
+    batch, m, w = p.shape
+    p = p.double()
+    top, low_rows = p[:, :w].clone(), p[:, w:]
+    gram = low_rows.transpose(1, 2) @ low_rows
+    lower_norms = gram.diagonal(dim1=1, dim2=2).sqrt()
+    mix = torch.eye(w, dtype=torch.float64, device=p.device).repeat(batch, 1, 1)
+    scale_of_error = error_scale(m, error_limit)
+    shaky = torch.zeros(batch, dtype=torch.bool, device=p.device)
+    for k in range(w):
+        mk = mix[:, :, k]
+        low = (mix * (gram @ mk.unsqueeze(-1))).sum(1)
+        reach = (mix[:, :, k].abs() * lower_norms).sum(1)
+        ak_below = top[:, :, k].clone()
+        ak_below[:, : k + 1] = 0.0
+        high = (top * ak_below.unsqueeze(-1)).sum(1)
+        alpha, sig = top[:, k, k], high[:, k] + low[:, k]
+        shaky |= reach * reach * scale_of_error > alpha * alpha + sig
+        norm = (alpha * alpha + sig).sqrt()
+        beta = torch.where(alpha >= 0, -norm, norm)
+        reflect = sig > 0
+        tau = torch.where(reflect, (beta - alpha) / torch.where(reflect, beta, 1.0), 0.0)
+        scale = torch.where(reflect, 1.0 / torch.where(reflect, alpha - beta, 1.0), 0.0)
+        u = top[:, k] + scale.unsqueeze(-1) * (high + low)
+        u[:, : k + 1] = 0.0
+        v_top = scale.unsqueeze(-1) * ak_below
+        v_top[:, k] = 1.0
+        top -= (tau.unsqueeze(-1) * v_top).unsqueeze(-1) * u.unsqueeze(1)
+        mix -= (tau * scale).view(-1, 1, 1) * mk.unsqueeze(-1) * u.unsqueeze(1)
+        top[:, k, k] = torch.where(reflect, beta, alpha)
+        top[:, k + 1 :, k] = scale.unsqueeze(-1) * top[:, k + 1 :, k]
+        mix[:, :, k] *= scale.unsqueeze(-1)
+    return shaky
+
+
 def fallback_panels(a: torch.Tensor, w: int = 32) -> tuple[int, int]:
     """(panels that would take the fallback, panels) over the batch ``a``, w-column panels."""
     batch, n, _ = a.shape
     h, tau = torch.geqrf(a.double())
-    r = torch.triu(h)
     falls = 0
-    for j0 in range(0, n, w):
-        j1 = min(j0 + w, n)
-        block = r[:, j0:j1, j0:j1]
-        eye = torch.eye(j1 - j0, dtype=torch.float64, device=a.device).expand_as(block)
-        inverse = torch.linalg.solve_triangular(block, eye, upper=True)
-        # kappa_F of the block with unit columns, as the kernel computes it: sqrt(w) ||D R^{-1}||_F.
-        kappa = ((j1 - j0) * (block.norm(dim=1, keepdim=True).transpose(1, 2) * inverse).square().sum((1, 2))).sqrt()
-        over = ~(kappa <= KAPPA_LIMIT)  # a singular block gives inf or NaN
-        if not over.any() or j1 == n:  # the last panel has no rows below its top
-            continue
-        panel = a.double()[over][:, :, j0:j1]
+    for j0 in range(0, n - w, w):  # the last panel has no rows below its top: it never falls back
+        panel = a.double()[:, :, j0 : j0 + w]
         if j0:
-            panel = torch.ormqr(h[over][:, :, :j0], tau[over][:, :j0], panel, transpose=True)
-        falls += int((panel[:, j1:].abs().amax(dim=(1, 2)) > 0).sum())
+            panel = torch.ormqr(h[:, :, :j0], tau[:, :j0], panel, transpose=True)
+        falls += int(fallback_flags(panel[:, j0:]).sum())
     return falls, batch * -(-n // w)
 
 
@@ -113,7 +139,7 @@ def main() -> int:
             rows.append(row)
             print(" | ".join(row), flush=True)
     where = "cuda" if gpu else "cpu"
-    header = (f"Gram-route panels of blocked_wy (fallback past a unit-column kappa_F of {KAPPA_LIMIT:g}) on qr_v2's "
+    header = (f"Gram-route panels of blocked_wy (fallback past a rounding bound of {GRAM_ERROR_LIMIT:g}) on qr_v2's "
               f"specs of n >= {args.min_n}, inputs made on the {where.upper()}; {machine_line(where)}.")
     if gpu:
         header += (" GPU cells: median ms of back-to-back graphed calls, the contest's verdict, the worst"

@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 
 import pytest
 
+from benchmarks.gram_panel import fallback_flags
 from reference import CASES, generate_input, verdict
 from reference_kernels.blocked_wy import Plan, qr
 from reference_kernels.blocked_wy.gram_panel import gram_panel
@@ -136,6 +137,22 @@ def test_a_singular_top_with_nothing_below_stays_on_the_gram_route() -> None:
     h_ref, tau_ref = torch.geqrf(p.cpu())
     torch.testing.assert_close(panel.cpu(), h_ref, rtol=0, atol=2e-5)
     torch.testing.assert_close(tau.cpu(), tau_ref, rtol=0, atol=2e-5)
+
+
+def test_the_benchmarks_model_of_the_fallback_decides_as_the_kernel() -> None:
+    """benchmarks/gram_panel.py counts fallbacks with a float64 torch model of the column-step
+    program's decision: on panels clearly on either side of the limit it flags what the kernel flags."""
+    gen = torch.Generator().manual_seed(8)
+    p = torch.randn(6, 120, 32, generator=gen)
+    p[1] = p[1, :, :1] + 1e-4 * torch.randn(120, 32, generator=gen)  # nearly collinear (as nearcollinear)
+    p[2] *= torch.logspace(0, -6, 32)  # scaled columns
+    p[3, 32:] = 0.0  # nothing below the top
+    p[4, :, 7] = p[4, :, 3]  # two equal columns
+    p[5, :, 20:] = 0.0  # zero columns
+    p = p.to(DEVICE)
+    flags = _factor(p)[4]
+    assert flags.tolist() == [0, 1, 0, 0, 1, 0]
+    assert fallback_flags(p).tolist() == [bool(f) for f in flags.tolist()]
 
 
 GRAM_PLANS = {
