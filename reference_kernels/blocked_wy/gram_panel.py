@@ -102,9 +102,10 @@ def _t_column(tri, u, tau, k, idx):
 
 @triton.jit
 def _gram_row(x, r, cols, k):
-    """``sum over rows i > k of x[i, k] x[i, j]`` for every column j of the row block x (rows r)."""
+    """``sum over rows i > k of x[i, k] x[i, j]`` for every column j of the float32 row block x
+    (rows r), in float64."""
     xk = tl.where(r > k, tl.sum(tl.where(cols == k, x, 0.0), axis=1), 0.0)
-    return tl.sum(x * xk[:, None], axis=0)
+    return tl.sum(x * xk[:, None], axis=0).to(tl.float64)
 
 
 @triton.jit
@@ -114,7 +115,8 @@ def _householder_in_memory(
 ):
     """Householder QR of one m x W panel in memory (the Gram route's fallback), one pass over its
     rows per column: the pass that applies column k's reflector also sums column k + 1's inner
-    products with every column. Returns (tau, T); writes the panel's R and V, and V."""
+    products with every column. Row blocks in float32 as the panel kernel works (float64 sums
+    across blocks and float64 scalars). Returns (tau, T); writes the panel's R and V, and V."""
     idx = tl.arange(0, BW)
     cols = idx[None, :]
     col_ok = cols < W
@@ -126,7 +128,7 @@ def _householder_in_memory(
     while r0 < m:
         r = r0 + tl.arange(0, BR)
         x = tl.load(p_mat + r[:, None] * p_row_stride + cols, mask=(r[:, None] < m) & col_ok, other=0.0)
-        acc += _gram_row(x.to(tl.float64), r, cols, 0)
+        acc += _gram_row(x, r, cols, 0)
         r0 += BR
     for k in range(W):
         rowk = tl.load(p_mat + k * p_row_stride + idx, mask=idx < W, other=0.0).to(tl.float64)
@@ -136,7 +138,8 @@ def _householder_in_memory(
         u = rowk + scale * acc
         tri = _t_column(tri, u, tau, k, idx)
         taus = tl.where(idx == k, tau, taus)
-        uk = tl.where(idx > k, u, 0.0)[None, :]
+        uk = tl.where(idx > k, tau * u, 0.0).to(tl.float32)[None, :]
+        scale32 = scale.to(tl.float32)
         tl.debug_barrier()  # the pass below overwrites rows other threads have read
         # P[i, j] -= tau v_i u_j (j > k); column k becomes beta and v_k's tail.
         acc = tl.zeros([BW], dtype=tl.float64)
@@ -145,14 +148,13 @@ def _householder_in_memory(
             r = r0 + tl.arange(0, BR)
             rows = r[:, None]
             inside = (rows < m) & col_ok & (rows >= k)
-            x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0).to(tl.float64)
+            x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0)
             xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
-            vi = tl.where(r > k, scale * xk, tl.where(r == k, 1.0, 0.0))
-            x = x - (tau * vi)[:, None] * uk
-            x = tl.where(cols == k, tl.where(rows == k, beta, tl.where(rows > k, vi[:, None], x)), x)
-            x = x.to(tl.float32)
+            vi = tl.where(r > k, scale32 * xk, tl.where(r == k, 1.0, 0.0))
+            x = x - vi[:, None] * uk
+            x = tl.where(cols == k, tl.where(rows == k, beta.to(tl.float32), tl.where(rows > k, vi[:, None], x)), x)
             tl.store(p_mat + rows * p_row_stride + cols, x, mask=inside)
-            acc += _gram_row(x.to(tl.float64), r, cols, k + 1)  # of the values as stored
+            acc += _gram_row(x, r, cols, k + 1)
             r0 += BR
         tl.debug_barrier()
     r0 = 0
