@@ -8,6 +8,7 @@ test_blocked_wy); with CUDA the same tests run compiled.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
@@ -17,9 +18,11 @@ if not torch.cuda.is_available():
 import pytest
 
 from benchmarks.gram_panel import fallback_flags
+from evaluator.shapes import Case
 from reference import CASES, generate_input, verdict
-from reference_kernels.blocked_wy import Plan, qr
+from reference_kernels.blocked_wy import Plan, default_plan, qr
 from reference_kernels.blocked_wy.gram_panel import gram_panel
+from tests.conftest import qr_v2_benchmarks
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20, as in test_blocked_wy
@@ -191,3 +194,17 @@ def test_a_gram_plan_refuses_what_its_kernels_cannot_take() -> None:
         Plan(nb=32, leaf=32, panel="cholesky")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="bad panel shapes"):
         gram_panel(torch.zeros(1, 40, 32), torch.zeros(1, 16), (torch.zeros(1, 40, 32), torch.zeros(1, 32, 32)))
+
+
+# ---- GPU only: the contest's large shapes on gram panels -----------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c in qr_v2_benchmarks() if c.values[0].n >= 1024])
+def test_qr_v2_large_shapes_on_gram_panels(case: Case) -> None:
+    """Every qr_v2 benchmark case of n >= 1024 on gram panels of 32 over its size's plan, compiled
+    (the GPU runs the paired tl.reduce sums the interpreter replaces), within the kernels' margin."""
+    a = generate_input(**case.generator_args())
+    out = qr(a, plan=replace(default_plan(case.n), panel="gram", leaf=32))
+    v = verdict(a, out)
+    assert v.passed, v.message
+    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
