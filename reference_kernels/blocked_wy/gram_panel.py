@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from reference_kernels.blocked_wy.column_steps import _add_pairs, _larft_column
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.source import _base
 
@@ -68,11 +69,6 @@ def _bottom_gram_kernel(
 
 
 @triton.jit
-def _add_pairs64(a, b, c, d):
-    return a + c, b + d
-
-
-@triton.jit
 def _add_triples64(a, b, c, d, e, f):
     return a + d, b + e, c + f
 
@@ -89,15 +85,6 @@ def _reflector64(alpha, sig):
     tau = tl.where(nonzero, (beta - alpha) / safe, 0.0)
     scale = tl.where(nonzero, 1.0 / tl.where(nonzero, alpha - beta, 1.0), 0.0)
     return tl.where(nonzero, beta, alpha), tau, scale
-
-
-@triton.jit
-def _t_column(tri, u, tau, k, idx):
-    """T with its column k set: ``T[:k, k] = -tau T[:k, :k] z[:k]``, ``T[k, k] = tau`` (larft),
-    where ``u[:k]`` holds ``z = V^T v_k``."""
-    tcol = -tau * tl.sum(tri * tl.where(idx < k, u, 0.0)[None, :], axis=1)
-    tcol = tl.where(idx == k, tau, tcol)
-    return tl.where(idx[None, :] == k, tcol[:, None], tri)
 
 
 @triton.jit
@@ -136,7 +123,7 @@ def _householder_in_memory(
         sig = tl.sum(tl.where(idx == k, acc, 0.0))
         beta, tau, scale = _reflector64(alpha, sig)
         u = rowk + scale * acc
-        tri = _t_column(tri, u, tau, k, idx)
+        tri = _larft_column(tri, u, tau, k, idx)
         taus = tl.where(idx == k, tau, taus)
         uk = tl.where(idx > k, tau * u, 0.0).to(tl.float32)[None, :]
         scale32 = scale.to(tl.float32)
@@ -212,8 +199,8 @@ def _gram_householder_kernel(
             high = tl.sum(top * ak_below[:, None], axis=0)
             rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
         else:
-            low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs64)
-            high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs64)
+            low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs)
+            high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs)
         at_k = idx == k
         alpha, sig, reach_k = tl.reduce(
             (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
@@ -222,7 +209,7 @@ def _gram_householder_kernel(
         shaky = shaky | (reach_k * reach_k * error_scale > alpha * alpha + sig)
         # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
         u = rowk + scale * (high + low)
-        tri = _t_column(tri, u, tau_k, k, idx)
+        tri = _larft_column(tri, u, tau_k, k, idx)
         taus = tl.where(at_k, tau_k, taus)
         uk = tl.where(idx > k, u, 0.0)[None, :]
         v_top = tl.where(idx > k, scale * ak, tl.where(at_k, 1.0, 0.0))
