@@ -161,7 +161,7 @@ def _gram_householder_kernel(
     v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride,
     tau, tau_off, tau_stride,
-    part, n_parts, coef, fallback, m, error_scale,
+    part, n_parts, coef, fallback, m, rounding_scale,
     W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """Step 2 of the module docstring for matrix ``program_id(0)``."""
@@ -206,7 +206,7 @@ def _gram_householder_kernel(
             (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
         )
         beta, tau_k, scale = _reflector64(alpha, sig)
-        shaky = shaky | (reach_k * reach_k * error_scale > alpha * alpha + sig)
+        shaky = shaky | (reach_k * reach_k * rounding_scale > alpha * alpha + sig)
         # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
         u = rowk + scale * (high + low)
         tri = _larft_column(tri, u, tau_k, k, idx)
