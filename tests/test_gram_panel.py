@@ -176,6 +176,17 @@ def test_gram_panels_factor_every_case(case: str, plan: Plan) -> None:
     assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
 
 
+@pytest.mark.parametrize("case", ["dense", "mixed"])
+def test_gram_panels_with_a_narrow_last_leaf_and_unaligned_rows(case: str) -> None:
+    """n = 37 in panels of 16: rows 37 floats apart (no 16-byte alignment) and a last panel of 5
+    columns in 16-wide tiles."""
+    a = generate_input(2, 37, 2, 4600, case).to(DEVICE)
+    out = qr(a, plan=Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", inner="triton", panel="gram"))
+    v = verdict(a, out)
+    assert v.passed, v.message
+    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+
+
 def test_gram_leaves_with_library_leaf_products() -> None:
     """Leaves of 16 whose reflectors reach the rest of the panel through cuBLAS-style products."""
     a = generate_input(2, 64, 2, 4500, "mixed").to(DEVICE)
