@@ -184,7 +184,7 @@ def _gram_householder_kernel(
     # From here ``gram`` is G @ mix (G while mix is I), updated with mix: its column k is G mk.
     tri = tl.zeros([BW, BW], dtype=tl.float64)
     taus = tl.zeros([BW], dtype=tl.float64)
-    shaky = False
+    shaky = tl.zeros([], dtype=tl.int1)
     for k in range(W):
         mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
         g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
