@@ -32,7 +32,7 @@ EPS32 = torch.finfo(torch.float32).eps
 Factored = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _factor(p: torch.Tensor, **options: float) -> Factored:
+def _factor(p: torch.Tensor, **options: float | bool) -> Factored:
     """(H panel, tau, V, T, fallback flags) of a copy of the panel batch ``p``."""
     batch, m, w = p.shape
     panel = p.clone()
@@ -78,16 +78,17 @@ def _scaled_residuals(p: torch.Tensor, panel: torch.Tensor, tau: torch.Tensor) -
 
 
 # (batch, rows, columns): several Gram parts, no rows below the top block, a ragged width.
-PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 20)]
+PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 21)]
 
 
 @pytest.mark.parametrize(("batch", "m", "w"), PANELS, ids=[f"{b}x{m}x{w}" for b, m, w in PANELS])
-@pytest.mark.parametrize("route", ["gram", "fallback"])
+@pytest.mark.parametrize("route", ["gram", "gram-pairs", "fallback"])
 def test_a_panel_gets_lapacks_reflectors(batch: int, m: int, w: int, route: str) -> None:
-    """Both routes give geqrf's H and tau (same signs and scalars) on well-conditioned panels; the
-    Gram route is the one taken unless the limit sends every panel down the fallback."""
+    """Every route gives geqrf's H and tau (same signs and scalars) on well-conditioned panels,
+    columns one at a time or in pairs (odd widths end on a single one); the Gram route is the one
+    taken unless the limit sends every panel down the fallback."""
     p = torch.randn(batch, m, w, generator=torch.Generator().manual_seed(m + w)).to(DEVICE)
-    options = {"error_limit": 0.0} if route == "fallback" else {}
+    options = {"error_limit": 0.0} if route == "fallback" else {"pairs": route == "gram-pairs"}
     panel, tau, v, t, flags = _factor(p, **options)
     expected = int(route == "fallback" and m > w)  # nothing below the top: no Gram error to fear
     assert flags.tolist() == [expected] * batch
@@ -97,7 +98,8 @@ def test_a_panel_gets_lapacks_reflectors(batch: int, m: int, w: int, route: str)
     _assert_wy_matches(panel, tau, v, t)
 
 
-def test_an_ill_conditioned_panel_falls_back_alone() -> None:
+@pytest.mark.parametrize("pairs", [False, True], ids=["single", "pairs"])
+def test_an_ill_conditioned_panel_falls_back_alone(pairs: bool) -> None:
     """A panel with two nearly collinear columns and a zero one (the Gram products' rounding far past the limit) is
     factored by the fallback, its neighbour in the batch by the Gram route, both valid."""
     gen = torch.Generator().manual_seed(5)
@@ -105,7 +107,7 @@ def test_an_ill_conditioned_panel_falls_back_alone() -> None:
     p[0, :, 5] = p[0, :, 4] + 1e-6 * torch.randn(200, generator=gen)
     p[0, :, 9] = 0.0
     p = p.to(DEVICE)
-    panel, tau, v, t, flags = _factor(p)
+    panel, tau, v, t, flags = _factor(p, pairs=pairs)
     assert flags.tolist() == [1, 0]
     factor, orthogonality = _scaled_residuals(p, panel, tau)
     assert factor <= RESIDUAL_LIMIT
@@ -153,13 +155,16 @@ def test_the_benchmarks_model_of_the_fallback_decides_as_the_kernel() -> None:
     p[4, :, 7] = p[4, :, 3]  # two equal columns
     p[5, :, 20:] = 0.0  # zero columns
     p = p.to(DEVICE)
-    flags = _factor(p)[4]
-    assert flags.tolist() == [0, 1, 0, 0, 1, 0]
-    assert fallback_flags(p).tolist() == [bool(f) for f in flags.tolist()]
+    model = fallback_flags(p).tolist()
+    for pairs in (False, True):
+        flags = _factor(p, pairs=pairs)[4]
+        assert flags.tolist() == [0, 1, 0, 0, 1, 0]
+        assert model == [bool(f) for f in flags.tolist()]
 
 
 GRAM_PLANS = {
     "one-leaf": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram"),
+    "pairs": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram", two_columns=True),
     "leaf-steps": Plan(nb=64, leaf=32, whole_max=0, update="cublas-tf32x3", inner="triton", panel="gram"),
 }
 

@@ -74,6 +74,11 @@ def _add_triples64(a, b, c, d, e, f):
 
 
 @triton.jit
+def _add_quads64(a, b, c, d, e, f, g, h):
+    return a + e, b + f, c + g, d + h
+
+
+@triton.jit
 def _reflector64(alpha, sig):
     """LAPACK's larfg from the leading entry and the squared norm below it, in float64 (column_steps'
     own is float32: its correctly rounded division takes float32 only): (beta, tau, scale),
@@ -155,6 +160,156 @@ def _householder_in_memory(
     return taus, tri
 
 
+@triton.jit
+def _finish_column(top, mix, gram, mk, g, ak, k, beta, tau_k, scale, u, idx):
+    """The state after column k's reflector (u = v_k^T of every column): the columns after k
+    updated, then column k finished (beta, v_k's top rows, its coefficients scaled)."""
+    r2 = idx[:, None]
+    c2 = idx[None, :]
+    uk = tl.where(idx > k, u, 0.0)[None, :]
+    v_top = tl.where(idx > k, scale * ak, tl.where(idx == k, 1.0, 0.0))
+    top = top - (tau_k * v_top)[:, None] * uk
+    mix = mix - (tau_k * scale * mk)[:, None] * uk
+    gram = gram - (tau_k * scale * g)[:, None] * uk
+    top = tl.where(c2 == k, tl.where(r2 == k, beta, tl.where(r2 > k, scale * ak[:, None], top)), top)
+    mix = tl.where(c2 == k, mix * scale, mix)
+    gram = tl.where(c2 == k, gram * scale, gram)
+    return top, mix, gram
+
+
+@triton.jit
+def _gram_column(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_scale, INTERPRETED: tl.constexpr):
+    """One column step: its sums from the tiles, its reflector, the tiles updated."""
+    r2 = idx[:, None]
+    c2 = idx[None, :]
+    mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
+    g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
+    ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+    ak_below = tl.where(idx > k, ak, 0.0)
+    # low[j] = (P2 mix[:, j])^T (P2 mk), for j < k with v_j's coefficients in mix[:, j]; reach[j]
+    # = sum_i |mix[i, j]| ||P2[:, i]||, whose square bounds the rounding of low[j] (about m eps64 of it).
+    # high[j] = top's rows below k against column j; rowk = top's row k.
+    if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+        low = tl.sum(mix * g[:, None], axis=0)
+        reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
+        high = tl.sum(top * ak_below[:, None], axis=0)
+        rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
+    else:
+        low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs)
+        high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs)
+    at_k = idx == k
+    alpha, sig, reach_k = tl.reduce(
+        (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
+    )
+    beta, tau_k, scale = _reflector64(alpha, sig)
+    shaky = shaky | (reach_k * reach_k * rounding_scale > alpha * alpha + sig)
+    # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
+    u = rowk + scale * (high + low)
+    tri = _larft_column(tri, u, tau_k, k, idx)
+    taus = tl.where(at_k, tau_k, taus)
+    top, mix, gram = _finish_column(top, mix, gram, mk, g, ak, k, beta, tau_k, scale, u, idx)
+    return top, mix, gram, tri, taus, shaky
+
+
+@triton.jit
+def _add_many(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12,
+              b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12):
+    return (a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5, a6 + b6, a7 + b7, a8 + b8, a9 + b9,
+            a10 + b10, a11 + b11, a12 + b12)
+
+
+@triton.jit
+def _gram_pair(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_scale, INTERPRETED: tl.constexpr):
+    """Columns k and k1 = k + 1 from one round of sums over the tiles before either reflector:
+    column k1's sums after column k's reflector follow from them (its column, row and inner
+    products change by rank-one terms in u), so the pair pays each kind of reduction once."""
+    r2 = idx[:, None]
+    c2 = idx[None, :]
+    k1 = k + 1
+    if INTERPRETED:
+        mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
+        m1 = tl.sum(tl.where(c2 == k1, mix, 0.0), axis=1)
+        g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
+        g1 = tl.sum(tl.where(c2 == k1, gram, 0.0), axis=1)
+        ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+        ak1 = tl.sum(tl.where(c2 == k1, top, 0.0), axis=1)
+    else:
+        mk, m1, g, g1 = tl.reduce(
+            (tl.where(c2 == k, mix, 0.0), tl.where(c2 == k1, mix, 0.0),
+             tl.where(c2 == k, gram, 0.0), tl.where(c2 == k1, gram, 0.0)), 1, _add_quads64)
+        ak, ak1 = tl.reduce((tl.where(c2 == k, top, 0.0), tl.where(c2 == k1, top, 0.0)), 1, _add_pairs)
+    ak_below = tl.where(idx > k, ak, 0.0)
+    ak1_below = tl.where(idx > k1, ak1, 0.0)
+    # As in _gram_column, for both columns: low/low1 against mix, high/h1 against top's rows below
+    # each, top's rows k and k1, and reach.
+    if INTERPRETED:
+        low = tl.sum(mix * g[:, None], axis=0)
+        low1 = tl.sum(mix * g1[:, None], axis=0)
+        high = tl.sum(top * ak_below[:, None], axis=0)
+        h1 = tl.sum(top * ak1_below[:, None], axis=0)
+        rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
+        row1 = tl.sum(tl.where(r2 == k1, top, 0.0), axis=0)
+        reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
+    else:
+        low, low1, high, h1 = tl.reduce(
+            (mix * g[:, None], mix * g1[:, None], top * ak_below[:, None], top * ak1_below[:, None]), 0, _add_quads64)
+        rowk, row1, reach = tl.reduce(
+            (tl.where(r2 == k, top, 0.0), tl.where(r2 == k1, top, 0.0), tl.abs(mix) * lower_norms[:, None]),
+            0, _add_triples64)
+    at_k = idx == k
+    at_k1 = idx == k1
+    # Every scalar both steps need, in one reduction: entries k and k1 of those sums.
+    (alpha, high_k, low_k, rowk_k1, high_k1, low_k1, row1_k, row1_k1, low1_k, low1_k1, h1_k, h1_k1,
+     reach_k) = tl.reduce(
+        (tl.where(at_k, rowk, 0.0), tl.where(at_k, high, 0.0), tl.where(at_k, low, 0.0),
+         tl.where(at_k1, rowk, 0.0), tl.where(at_k1, high, 0.0), tl.where(at_k1, low, 0.0),
+         tl.where(at_k, row1, 0.0), tl.where(at_k1, row1, 0.0), tl.where(at_k, low1, 0.0),
+         tl.where(at_k1, low1, 0.0), tl.where(at_k, h1, 0.0), tl.where(at_k1, h1, 0.0),
+         tl.where(at_k, reach, 0.0)), 0, _add_many)
+    sig = high_k + low_k
+    beta, tau_k, scale = _reflector64(alpha, sig)
+    shaky = shaky | (reach_k * reach_k * rounding_scale > alpha * alpha + sig)
+    c = tau_k * scale
+    u = rowk + scale * (high + low)
+    u_k1 = rowk_k1 + scale * (high_k1 + low_k1)
+    # Column k1's sums after column k's reflector (rank-one corrections; at j = k, where column k
+    # is then v_k, each is scaled by ``scale``): row k1, its products with top's rows below k1, low.
+    after = tl.where(idx > k, u, 0.0)
+    on_k = tl.where(at_k, scale, 1.0)
+    s_top = scale * (high - row1 * row1_k)  # sum over rows i > k1 of top[i, j] v_k[i]
+    s_k1 = scale * (high_k1 - row1_k1 * row1_k)
+    s_vv = scale * scale * (high_k - row1_k * row1_k)  # sum over rows i > k1 of v_k[i]^2
+    row1 = (row1 - tau_k * scale * row1_k * after) * on_k
+    h1 = (h1 - tau_k * u_k1 * s_top - tau_k * after * s_k1 + tau_k * tau_k * after * u_k1 * s_vv) * on_k
+    low1 = (low1 - c * u_k1 * low - c * after * low1_k + c * c * after * u_k1 * low_k) * on_k
+    alpha1 = row1_k1 - tau_k * scale * row1_k * u_k1
+    sig1 = (h1_k1 - 2.0 * tau_k * u_k1 * s_k1 + tau_k * tau_k * u_k1 * u_k1 * s_vv
+            + low1_k1 - c * u_k1 * (low_k1 + low1_k) + c * c * u_k1 * u_k1 * low_k)
+    beta1, tau_k1, scale1 = _reflector64(alpha1, sig1)
+    m1 = m1 - c * u_k1 * mk  # column k1 of mix after column k's reflector
+    reach1 = tl.sum(tl.abs(m1) * lower_norms)
+    shaky = shaky | (reach1 * reach1 * rounding_scale > alpha1 * alpha1 + sig1)
+    u1 = row1 + scale1 * (h1 + low1)
+    # Entry k of u1 (v_k1^T v_k), from the scalars: T's column k1 needs it.
+    u1_k = scale * row1_k + scale1 * (scale * h1_k - tau_k * u_k1 * s_vv + scale * (low1_k - c * u_k1 * low_k))
+    # T: columns k and k1 from T's columns before k (one reduction of both products).
+    if INTERPRETED:
+        tz = tl.sum(tri * tl.where(idx < k, u, 0.0)[None, :], axis=1)
+        tz1 = tl.sum(tri * tl.where(idx < k, u1, 0.0)[None, :], axis=1)
+    else:
+        tz, tz1 = tl.reduce((tri * tl.where(idx < k, u, 0.0)[None, :], tri * tl.where(idx < k, u1, 0.0)[None, :]),
+                            1, _add_pairs)
+    t_k = tl.where(at_k, tau_k, tl.where(idx < k, -tau_k * tz, 0.0))
+    t_k1 = tl.where(at_k1, tau_k1, tl.where(idx < k1, -tau_k1 * (tz1 + t_k * u1_k), 0.0))
+    tri = tl.where(c2 == k, t_k[:, None], tl.where(c2 == k1, t_k1[:, None], tri))
+    taus = tl.where(at_k, tau_k, tl.where(at_k1, tau_k1, taus))
+    top, mix, gram = _finish_column(top, mix, gram, mk, g, ak, k, beta, tau_k, scale, u, idx)
+    g1 = g1 - c * u_k1 * g
+    ak1 = ak1 - tau_k * tl.where(idx > k, scale * ak, tl.where(at_k, 1.0, 0.0)) * u_k1  # top's column k1 now
+    top, mix, gram = _finish_column(top, mix, gram, m1, g1, ak1, k1, beta1, tau_k1, scale1, u1, idx)
+    return top, mix, gram, tri, taus, shaky
+
+
 @triton.jit(do_not_specialize=["p_off", "v_off", "t_off", "tau_off", "m", "n_parts"])
 def _gram_householder_kernel(
     p, p_off, p_mat_stride, p_row_stride,
@@ -162,9 +317,9 @@ def _gram_householder_kernel(
     t, t_off, t_mat_stride, t_row_stride,
     tau, tau_off, tau_stride,
     part, n_parts, coef, fallback, m, rounding_scale,
-    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PAIRS: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
-    """Step 2 of the module docstring for matrix ``program_id(0)``."""
+    """Step 2 of the module docstring for matrix ``program_id(0)``; PAIRS: columns two at a time."""
     pid = tl.program_id(0).to(tl.int64)
     idx = tl.arange(0, BW)
     r2 = idx[:, None]
@@ -185,40 +340,20 @@ def _gram_householder_kernel(
     tri = tl.zeros([BW, BW], dtype=tl.float64)
     taus = tl.zeros([BW], dtype=tl.float64)
     shaky = tl.zeros([], dtype=tl.int1)
-    for k in range(W):
-        mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
-        g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
-        ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
-        ak_below = tl.where(idx > k, ak, 0.0)
-        # low[j] = (P2 mix[:, j])^T (P2 mk), for j < k with v_j's coefficients in mix[:, j]; reach[j]
-        # = sum_i |mix[i, j]| ||P2[:, i]||, whose square bounds the rounding of low[j] (about m eps64 of it).
-        # high[j] = top's rows below k against column j; rowk = top's row k.
-        if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
-            low = tl.sum(mix * g[:, None], axis=0)
-            reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
-            high = tl.sum(top * ak_below[:, None], axis=0)
-            rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
-        else:
-            low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs)
-            high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs)
-        at_k = idx == k
-        alpha, sig, reach_k = tl.reduce(
-            (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
-        )
-        beta, tau_k, scale = _reflector64(alpha, sig)
-        shaky = shaky | (reach_k * reach_k * rounding_scale > alpha * alpha + sig)
-        # u[j] = v_k^T (column j): w_j of the update for j > k, (V^T v_k)_j for j < k.
-        u = rowk + scale * (high + low)
-        tri = _larft_column(tri, u, tau_k, k, idx)
-        taus = tl.where(at_k, tau_k, taus)
-        uk = tl.where(idx > k, u, 0.0)[None, :]
-        v_top = tl.where(idx > k, scale * ak, tl.where(at_k, 1.0, 0.0))
-        top = top - (tau_k * v_top)[:, None] * uk
-        mix = mix - (tau_k * scale * mk)[:, None] * uk
-        gram = gram - (tau_k * scale * g)[:, None] * uk
-        top = tl.where(c2 == k, tl.where(r2 == k, beta, tl.where(r2 > k, scale * ak[:, None], top)), top)
-        mix = tl.where(c2 == k, mix * scale, mix)
-        gram = tl.where(c2 == k, gram * scale, gram)
+    if PAIRS:
+        for k in range(0, W - 1, 2):
+            top, mix, gram, tri, taus, shaky = _gram_pair(
+                top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_scale, INTERPRETED
+            )
+        if W % 2 == 1:
+            top, mix, gram, tri, taus, shaky = _gram_column(
+                top, mix, gram, tri, taus, shaky, W - 1, idx, lower_norms, rounding_scale, INTERPRETED
+            )
+    else:
+        for k in range(W):
+            top, mix, gram, tri, taus, shaky = _gram_column(
+                top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_scale, INTERPRETED
+            )
     tl.store(fallback + pid, shaky.to(tl.int32))
     if shaky:
         taus, tri = _householder_in_memory(p_mat, p_row_stride, v_mat, v_row_stride, m, W, BW, BR)
@@ -266,11 +401,13 @@ def gram_panel(
     wy: tuple[torch.Tensor, torch.Tensor],
     warps: int = 4,
     error_limit: float = GRAM_ERROR_LIMIT,
+    pairs: bool = False,
 ) -> torch.Tensor:
     """Householder QR of every b x m x w panel in place (m >= w): R and V's tails over the panel,
     ``tau`` (b x w), and ``wy = (V, T)`` as :func:`.kernels.factor_panel` writes them.
 
-    Views need unit stride along their last dimension. ``warps``: the column-step program's.
+    Views need unit stride along their last dimension. ``warps``: the column-step program's;
+    ``pairs``: it takes the columns two at a time (one round of reductions per pair).
     ``error_limit`` replaces ``GRAM_ERROR_LIMIT`` (0 sends every panel whose rows below hold anything
     down the fallback). Returns each matrix's int32 flag: 1 where the fallback ran.
     """
@@ -292,7 +429,8 @@ def gram_panel(
     _bottom_gram_kernel[(n_parts, batch)](*p_args, part, m, part_rows, BR=_GRAM_ROWS, num_warps=4, **sizes)
     _gram_householder_kernel[(batch,)](
         *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
-        part, n_parts, coef, fallback, m, error_scale(m, error_limit), BR=_FALLBACK_ROWS, INTERPRETED=INTERPRETED,
+        part, n_parts, coef, fallback, m, error_scale(m, error_limit), BR=_FALLBACK_ROWS, PAIRS=pairs,
+        INTERPRETED=INTERPRETED,
         num_warps=warps, **sizes,
     )
     if below > 0:

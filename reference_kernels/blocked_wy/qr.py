@@ -83,7 +83,8 @@ class Plan:
     - ``panel``: each leaf factored by the panel kernel, one program per matrix holding the leaf
       in registers (``householder``), or from its Gram matrix, the rows spread over many programs
       (``gram``, :mod:`.gram_panel`: for batches too small to fill the GPU); ``gram`` leaves are
-      ``leaf`` wide whatever the panel's height, and take only ``panel_warps`` of the panel knobs.
+      ``leaf`` wide whatever the panel's height, and take only ``panel_warps`` and ``two_columns``
+      of the panel knobs.
     - ``trim``: first scan each matrix for trailing columns too small for the factor gate to see
       (:mod:`.tail`) and factor only the columns before them, leaving the rest zero with tau = 0;
       the widths stay on the device, where the kernels read them (no host synchronisation). Needs
@@ -269,7 +270,7 @@ def _factor_block(
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
         leaf_panel = panel[:, c:, c:e]
         if plan.panel == "gram":
-            gram_panel(leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.panel_warps or 4)
+            gram_panel(leaf_panel, tau[:, c:e], (v_leaf, t_leaf), plan.panel_warps or 4, pairs=plan.two_columns)
         else:
             factor_panel(
                 leaf_panel, leaf_panel, tau[:, c:e], (v_leaf, t_leaf),
