@@ -102,11 +102,16 @@ def _time_ms(plan: Plan, a: torch.Tensor, calls: int) -> float:
     return statistics.median(times)
 
 
+def _plans(n: int) -> list[tuple[str, Plan]]:
+    """(label, plan): n's default plan, then each Gram-route variant laid over it."""
+    base = default_plan(n)
+    return [("default", base), *((f"gram {v}", replace(base, panel="gram", **v)) for v in VARIANTS[n])]
+
+
 def _gpu_cells(case: Case, a: torch.Tensor, calls: int) -> list[str]:
     """'ms, passed, worst scaled factor residual' of the default plan and of every variant."""
-    base = default_plan(case.n)
     cells = []
-    for plan in (base, *(replace(base, panel="gram", **v) for v in VARIANTS[case.n])):
+    for _, plan in _plans(case.n):
         result = verdict(a, qr(a, plan=plan))
         residual = result.diagnostics.get("scaled_factor_residual", float("nan"))
         verdict_text = "pass" if result.passed else "FAIL"
@@ -114,10 +119,29 @@ def _gpu_cells(case: Case, a: torch.Tensor, calls: int) -> list[str]:
     return cells
 
 
+def _kernel_rows(case: Case, a: torch.Tensor, calls: int) -> list[list[str]]:
+    """Per plan, the GPU time per call of each kernel (torch profiler over ``calls`` graphed calls
+    after a warm-up): where the panels' time goes, launch by launch kind."""
+    rows = []
+    for label, plan in _plans(case.n):
+        qr(a, plan=plan)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                qr(a, plan=plan)
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        for event in sorted(events, key=lambda e: -e.self_device_time_total)[:8]:
+            per_call = event.self_device_time_total / calls / 1e3
+            rows.append([case.label, label, event.key[:60], f"{event.count // calls}", f"{per_call:.3f}"])
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-n", type=int, default=1024, help="smallest n of the specs taken (default 1024)")
     parser.add_argument("--calls", type=int, default=20, help="timed calls per plan on a GPU (default 20)")
+    parser.add_argument("--profile", action="store_true",
+                        help="on a GPU, also each plan's kernels by GPU time per call (torch profiler)")
     parser.add_argument("--out", type=Path, help="Markdown file to write the table to")
     args = parser.parse_args()
     gpu = torch.cuda.is_available()
@@ -125,7 +149,8 @@ def main() -> int:
     headers = ["mode", "spec", "panels falling back"]
     if gpu:
         headers += ["default plan", *(f"gram variant {i + 1}" for i in range(max(map(len, VARIANTS.values()))))]
-    rows = []
+    rows: list[list[str]] = []
+    kernel_rows: list[list[str]] = []
     for mode in ("test", "benchmark"):
         for case in shapes.cases(mode):
             if case.n < args.min_n or case.n not in VARIANTS:
@@ -136,6 +161,8 @@ def main() -> int:
             if gpu:
                 cells = _gpu_cells(case, a, args.calls)
                 row += cells + [""] * (len(headers) - len(row) - len(cells))
+                if args.profile and mode == "benchmark":
+                    kernel_rows += _kernel_rows(case, a, args.calls)
             rows.append(row)
             print(" | ".join(row), flush=True)
     where = "cuda" if gpu else "cpu"
@@ -144,8 +171,11 @@ def main() -> int:
     if gpu:
         header += (" GPU cells: median ms of back-to-back graphed calls, the contest's verdict, the worst"
                    " scaled factor residual; the variants per size, in order: " + str(VARIANTS) + ".")
-    publish("Gram-route panels", header, tabulate(rows, headers, tablefmt="github"),
-            "python -m benchmarks.gram_panel", args.out)
+    table = tabulate(rows, headers, tablefmt="github")
+    if kernel_rows:
+        table += "\n\nGPU time per call of each plan's eight costliest kernels (torch profiler, graphed calls):\n\n"
+        table += tabulate(kernel_rows, ["spec", "plan", "kernel", "launches a call", "ms a call"], tablefmt="github")
+    publish("Gram-route panels", header, table, "python -m benchmarks.gram_panel", args.out)
     return 0
 
 
