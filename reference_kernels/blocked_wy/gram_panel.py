@@ -41,7 +41,7 @@ _EPS64 = 2.0**-53
 # Rows per tl.dot step of the Gram and V launches, the most parts a matrix's Gram is split into,
 # and rows per step of the fallback's passes.
 _GRAM_ROWS = 64
-_MAX_PARTS = 32
+_MAX_PARTS = 16
 _FALLBACK_ROWS = 64
 
 
@@ -329,10 +329,14 @@ def _gram_householder_kernel(
     v_mat = v + v_off + pid * v_mat_stride
     gram = tl.zeros([BW, BW], dtype=tl.float64)
     parts = part + pid * n_parts * BW * BW + r2 * BW + c2
-    i = 0
-    while i < n_parts:  # a while: the interpreter's range takes no tensor bounds
-        gram += tl.load(parts + i * BW * BW)
-        i += 1
+    if INTERPRETED:  # the interpreter's range takes no tensor bounds
+        i = 0
+        while i < n_parts:
+            gram += tl.load(parts + i * BW * BW)
+            i += 1
+    else:  # pipelined: the parts' loads in flight together, not one round trip each
+        for i in tl.range(0, n_parts, num_stages=4):
+            gram += tl.load(parts + i * BW * BW)
     top = tl.load(p_mat + r2 * p_row_stride + c2, mask=inside, other=0.0).to(tl.float64)
     mix = tl.where((r2 == c2) & inside, 1.0, 0.0).to(tl.float64)  # the rows below are P2 @ mix
     lower_norms = tl.sqrt(tl.sum(tl.where(r2 == c2, gram, 0.0), axis=1))  # ||P2[:, i]||, by row of mix
