@@ -45,10 +45,18 @@ _MAX_PARTS = 16
 _FALLBACK_ROWS = 64
 
 
+@triton.jit
+def _gram_step(g, p_mat, p_row_stride, r0, end, cols, W: tl.constexpr, BR: tl.constexpr):
+    """g plus the float64 Gram of rows r0 .. r0 + BR (those before ``end``)."""
+    rows = r0 + tl.arange(0, BR)[:, None]
+    x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < end) & (cols < W), other=0.0).to(tl.float64)
+    return tl.dot(tl.trans(x), x, g, out_dtype=tl.float64)
+
+
 @triton.jit(do_not_specialize=["p_off", "m", "part_rows"])
 def _bottom_gram_kernel(
     p, p_off, p_mat_stride, p_row_stride, part, m, part_rows,
-    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """One part's ``P2^T P2`` (float64, BW x BW, padded with zeros), rows W + pid * part_rows on."""
     pid_r = tl.program_id(0)
@@ -58,12 +66,14 @@ def _bottom_gram_kernel(
     first = W + pid_r * part_rows
     end = tl.minimum(first + part_rows, m)
     g = tl.zeros([BW, BW], dtype=tl.float64)
-    r0 = first
-    while r0 < end:
-        rows = r0 + tl.arange(0, BR)[:, None]
-        x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < end) & (cols < W), other=0.0).to(tl.float64)
-        g = tl.dot(tl.trans(x), x, g, out_dtype=tl.float64)
-        r0 += BR
+    if INTERPRETED:  # the interpreter's range takes no tensor bounds
+        r0 = first
+        while r0 < end:
+            g = _gram_step(g, p_mat, p_row_stride, r0, end, cols, W, BR)
+            r0 += BR
+    else:  # pipelined: the next rows' loads in flight during this step's product
+        for r0 in tl.range(first, end, BR, num_stages=3):
+            g = _gram_step(g, p_mat, p_row_stride, r0, end, cols, W, BR)
     out = part + (pid_b * tl.num_programs(0) + pid_r) * BW * BW
     tl.store(out + tl.arange(0, BW)[:, None] * BW + cols, g)
 
@@ -430,7 +440,9 @@ def gram_panel(
     p_args = (*_base(panel), panel.stride(0), panel.stride(1))
     v_args = (*_base(v), v.stride(0), v.stride(1))
     sizes = {"W": w, "BW": block_w}
-    _bottom_gram_kernel[(n_parts, batch)](*p_args, part, m, part_rows, BR=_GRAM_ROWS, num_warps=4, **sizes)
+    _bottom_gram_kernel[(n_parts, batch)](
+        *p_args, part, m, part_rows, BR=_GRAM_ROWS, INTERPRETED=INTERPRETED, num_warps=4, **sizes
+    )
     _gram_householder_kernel[(batch,)](
         *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
         part, n_parts, coef, fallback, m, error_scale(m, error_limit), BR=_FALLBACK_ROWS, PAIRS=pairs,
