@@ -111,9 +111,26 @@ def _gram_row(x, r, cols, k):
 
 
 @triton.jit
+def _reflect_rows(acc, p_mat, p_row_stride, r0, m, k, cols, scale32, uk, beta32, W: tl.constexpr, BR: tl.constexpr):
+    """Rows r0 .. r0 + BR of the fallback's pass for column k: P[i, j] -= tau v_i u_j (j > k),
+    column k becomes beta and v_k's tail; returns acc plus those rows' part of column k + 1's
+    inner products (of the values as stored)."""
+    r = r0 + tl.arange(0, BR)
+    rows = r[:, None]
+    inside = (rows < m) & (cols < W) & (rows >= k)
+    x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0)
+    xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
+    vi = tl.where(r > k, scale32 * xk, tl.where(r == k, 1.0, 0.0))
+    x = x - vi[:, None] * uk
+    x = tl.where(cols == k, tl.where(rows == k, beta32, tl.where(rows > k, vi[:, None], x)), x)
+    tl.store(p_mat + rows * p_row_stride + cols, x, mask=inside)
+    return acc + _gram_row(x, r, cols, k + 1)
+
+
+@triton.jit
 def _householder_in_memory(
     p_mat, p_row_stride, v_mat, v_row_stride, m,
-    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     """Householder QR of one m x W panel in memory (the Gram route's fallback), one pass over its
     rows per column: the pass that applies column k's reflector also sums column k + 1's inner
@@ -142,22 +159,17 @@ def _householder_in_memory(
         taus = tl.where(idx == k, tau, taus)
         uk = tl.where(idx > k, tau * u, 0.0).to(tl.float32)[None, :]
         scale32 = scale.to(tl.float32)
+        beta32 = beta.to(tl.float32)
         tl.debug_barrier()  # the pass below overwrites rows other threads have read
-        # P[i, j] -= tau v_i u_j (j > k); column k becomes beta and v_k's tail.
         acc = tl.zeros([BW], dtype=tl.float64)
-        r0 = (k // BR) * BR
-        while r0 < m:
-            r = r0 + tl.arange(0, BR)
-            rows = r[:, None]
-            inside = (rows < m) & col_ok & (rows >= k)
-            x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside, other=0.0)
-            xk = tl.sum(tl.where(cols == k, x, 0.0), axis=1)
-            vi = tl.where(r > k, scale32 * xk, tl.where(r == k, 1.0, 0.0))
-            x = x - vi[:, None] * uk
-            x = tl.where(cols == k, tl.where(rows == k, beta.to(tl.float32), tl.where(rows > k, vi[:, None], x)), x)
-            tl.store(p_mat + rows * p_row_stride + cols, x, mask=inside)
-            acc += _gram_row(x, r, cols, k + 1)
-            r0 += BR
+        if INTERPRETED:  # the interpreter's range takes no tensor bounds
+            r0 = (k // BR) * BR
+            while r0 < m:
+                acc = _reflect_rows(acc, p_mat, p_row_stride, r0, m, k, cols, scale32, uk, beta32, W, BR)
+                r0 += BR
+        else:  # pipelined: the next rows' loads in flight (they are rows this step does not write)
+            for r0 in tl.range((k // BR) * BR, m, BR, num_stages=2):
+                acc = _reflect_rows(acc, p_mat, p_row_stride, r0, m, k, cols, scale32, uk, beta32, W, BR)
         tl.debug_barrier()
     r0 = 0
     while r0 < m:
@@ -370,7 +382,7 @@ def _gram_householder_kernel(
             )
     tl.store(fallback + pid, shaky.to(tl.int32))
     if shaky:
-        taus, tri = _householder_in_memory(p_mat, p_row_stride, v_mat, v_row_stride, m, W, BW, BR)
+        taus, tri = _householder_in_memory(p_mat, p_row_stride, v_mat, v_row_stride, m, W, BW, BR, INTERPRETED)
     else:
         tl.store(p_mat + r2 * p_row_stride + c2, top.to(tl.float32), mask=inside)
         basis = tl.where(r2 > c2, top, tl.where(r2 == c2, 1.0, 0.0))
