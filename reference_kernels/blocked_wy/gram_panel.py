@@ -12,6 +12,9 @@ matrices factors its tall panels on two multiprocessors, a column at a time. Her
    It writes R, the top of V, tau, T and M's scaled columns (the coefficients of V's lower rows);
 3. many programs per matrix write V's lower rows, ``P2 @ M``, over the panel and into V.
 
+Step 2 can take the columns in pairs (``pairs``): column k + 1's sums after column k's reflector
+follow from the sums before it by rank-one corrections, so a pair pays one round of reductions.
+
 Gram-based products lose digits as Cholesky QR does. The column-step program bounds the rounding
 of each squared norm it reads off ``G``: about ``m eps64 (sum_i |M[i, k]| ||P2[:, i]||)^2`` for
 column k of an m-row panel, a bound that scales with the columns (scaling a column by a power of
