@@ -78,10 +78,11 @@ def fallback_flags(p: torch.Tensor, error_limit: float = GRAM_ERROR_LIMIT) -> to
 def fallback_panels(a: torch.Tensor, w: int = 32) -> tuple[int, int]:
     """(panels that would take the fallback, panels) over the batch ``a``, w-column panels."""
     batch, n, _ = a.shape
-    h, tau = torch.geqrf(a.double())
+    a = a.double()
+    h, tau = torch.geqrf(a)
     falls = 0
     for j0 in range(0, n - w, w):  # the last panel has no rows below its top: it never falls back
-        panel = a.double()[:, :, j0 : j0 + w]
+        panel = a[:, :, j0 : j0 + w]
         if j0:
             panel = torch.ormqr(h[:, :, :j0], tau[:, :j0], panel, transpose=True)
         falls += int(fallback_flags(panel[:, j0:]).sum())

@@ -77,6 +77,13 @@ def _scaled_residuals(p: torch.Tensor, panel: torch.Tensor, tau: torch.Tensor) -
     return factor.max().item() / (m * EPS32), orthogonality.max().item() / (m * EPS32)
 
 
+def _assert_factors(a: torch.Tensor, plan: Plan) -> None:
+    """qr with ``plan`` passes the contest's checker on ``a`` with the reference kernels' margin."""
+    v = verdict(a, qr(a, plan=plan))
+    assert v.passed, v.message
+    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+
+
 # (batch, rows, columns): several Gram parts, no rows below the top block, a ragged width.
 PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 21)]
 
@@ -175,10 +182,7 @@ def test_gram_panels_factor_every_case(case: str, plan: Plan) -> None:
     """Whole factorisations on gram panels, every case type (n = 80: a ragged last panel of 16),
     pass the contest's checker with the reference kernels' margin."""
     a = generate_input(2, 80, 2, 4400, case).to(DEVICE)
-    out = qr(a, plan=plan)
-    v = verdict(a, out)
-    assert v.passed, v.message
-    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+    _assert_factors(a, plan)
 
 
 @pytest.mark.parametrize("case", ["dense", "mixed"])
@@ -186,19 +190,13 @@ def test_gram_panels_with_a_narrow_last_leaf_and_unaligned_rows(case: str) -> No
     """n = 37 in panels of 16: rows 37 floats apart (no 16-byte alignment) and a last panel of 5
     columns in 16-wide tiles."""
     a = generate_input(2, 37, 2, 4600, case).to(DEVICE)
-    out = qr(a, plan=Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", inner="triton", panel="gram"))
-    v = verdict(a, out)
-    assert v.passed, v.message
-    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+    _assert_factors(a, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", inner="triton", panel="gram"))
 
 
 def test_gram_leaves_with_library_leaf_products() -> None:
     """Leaves of 16 whose reflectors reach the rest of the panel through cuBLAS-style products."""
     a = generate_input(2, 64, 2, 4500, "mixed").to(DEVICE)
-    out = qr(a, plan=Plan(nb=32, leaf=16, whole_max=0, update="torch", panel="gram"))
-    v = verdict(a, out)
-    assert v.passed, v.message
-    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+    _assert_factors(a, Plan(nb=32, leaf=16, whole_max=0, update="torch", panel="gram"))
 
 
 def test_a_gram_plan_refuses_what_its_kernels_cannot_take() -> None:
@@ -220,7 +218,4 @@ def test_qr_v2_large_shapes_on_gram_panels(case: Case) -> None:
     """Every qr_v2 benchmark case of n >= 1024 on gram panels of 32 over its size's plan, compiled
     (the GPU runs the paired tl.reduce sums the interpreter replaces), within the kernels' margin."""
     a = generate_input(**case.generator_args())
-    out = qr(a, plan=replace(default_plan(case.n), panel="gram", leaf=32))
-    v = verdict(a, out)
-    assert v.passed, v.message
-    assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
+    _assert_factors(a, replace(default_plan(case.n), panel="gram", leaf=32))
