@@ -24,9 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Residuals", "residual_norms", "tile_size"]
+__all__ = ["Residuals", "largest_tile", "residual_norms", "tile_size"]
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run in Python on the CPU
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 
 class Residuals(NamedTuple):
@@ -40,10 +41,27 @@ class Residuals(NamedTuple):
     reconstruction: torch.Tensor | None
 
 
-def tile_size(n: int) -> int:
-    """Square output tile: 64 (the fastest float64 tile measured, reports/checker_speed.md), or
-    the smallest power of two >= 16 that covers a smaller matrix."""
-    return min(64, max(16, 1 << max(0, n - 1).bit_length()))
+def largest_tile(capability: tuple[int, int] | None) -> int:
+    """The widest output tile the kernels take on a GPU of this compute capability (None: no GPU).
+
+    64, the fastest float64 tile measured on an H200 (reports/checker_speed.md), except on compute
+    capability 10.x (B200, B300) under Triton before 3.8: there a float64 ``tl.dot`` of 64 rows
+    does not compile (its matmul pass aborts on a tensor-memory layout), one of 32 rows does
+    (reports/cpu/2026-12-05-compile-targets.md). The contest ran on B200s, and torch 2.11, the
+    build its runner pins, ships Triton 3.6.
+    """
+    if capability is not None and capability[0] == 10 and _TRITON < (3, 8):
+        return 32
+    return 64
+
+
+def tile_size(n: int, largest: int = 64) -> int:
+    """Square output tile: ``largest``, or the smallest power of two >= 16 that covers a smaller matrix."""
+    return min(largest, max(16, 1 << max(0, n - 1).bit_length()))
+
+
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
 
 
 @triton.jit
@@ -155,12 +173,12 @@ def residual_norms(a: torch.Tensor, h: torch.Tensor, q: torch.Tensor, reconstruc
                              f"got {x.dtype} {tuple(x.shape)}")
     a, h, q = a.contiguous(), h.contiguous(), q.contiguous()
     batch, n, _ = a.shape
-    bm = tile_size(n)
+    bm = tile_size(n, largest_tile(_capability(a.device)))
     tiles = triton.cdiv(n, bm)
     parts = torch.empty(5 if reconstruction else 4, batch, tiles, n, dtype=torch.float64, device=a.device)
     grid = (tiles, tiles, batch)
-    # 64 x 64 tiles, 16-deep steps, three stages: the fastest of the variants timed on an H200
-    # (reports/checker_speed.md).
+    # 64 x 64 tiles where they compile, 16-deep steps, three stages: the fastest of the variants
+    # timed on an H200 (reports/checker_speed.md).
     options = {"BM": bm, "BK": 16, "INTERPRETED": INTERPRETED, "num_warps": 4, "num_stages": 3}
     _factor_kernel[grid](q, a, h, parts[0], parts[1], parts[3], n, **options)
     _orthogonality_kernel[grid](q, parts[2], n, **options)

@@ -467,10 +467,12 @@ NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / 
 
 
 @pytest.mark.skipif(not NVIDIA_BACKEND.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
-def test_every_launch_compiles_for_sm90() -> None:
+@pytest.mark.parametrize("arch", [90, 100], ids=["sm90", "sm100"])
+def test_every_launch_compiles_for_hopper_and_blackwell(arch: int) -> None:
     """Record the launches qr makes on qr_v2 sizes (meta tensors: shapes only) and compile each
-    distinct one to a cubin for sm_90: the interpreter checks the arithmetic, this the rest."""
-    if rerun_compiled(__file__, "test_every_launch_compiles_for_sm90", COMPILE_ONLY):
+    distinct one to a cubin for sm_90 (H200) and sm_100 (B200, the contest's GPU) under the
+    installed Triton: the interpreter checks the arithmetic, this the rest."""
+    if rerun_compiled(__file__, f"test_every_launch_compiles_for_hopper_and_blackwell[sm{arch}]", COMPILE_ONLY):
         return
     from reference_kernels.blocked_wy import Plan, default_plan
     from reference_kernels.blocked_wy.offline import compile_launch, record_launches
@@ -484,12 +486,13 @@ def test_every_launch_compiles_for_sm90() -> None:
         ((1, 352), replace(default_plan(352), top_tile=True)),  # pairs with the top tile, leaves of 32
         ((1, 4096), replace(default_plan(4096), panel="gram", leaf=32)),  # gram panels, one leaf each
         ((1, 2048), replace(default_plan(2048), panel="gram", leaf=32)),  # gram leaves, leaf steps between
+        ((1, 1024), replace(default_plan(1024), panel="gram", nb=64, leaf=64, two_columns=False)),  # widest gram leaf
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1
     ]
     launches = record_launches(calls)
     assert len(launches) >= 10
     for name, launch in launches.items():
-        assert compile_launch(launch), name
+        assert compile_launch(launch, arch), name
 
 
 # ---- GPU only: the contest's shapes -------------------------------------------------------------

@@ -17,7 +17,7 @@ if not torch.cuda.is_available() and COMPILE_ONLY not in os.environ:
 import triton  # noqa: E402
 
 from reference import checker, checker_kernels, generate_input  # noqa: E402
-from reference.checker_kernels import residual_norms, tile_size  # noqa: E402
+from reference.checker_kernels import largest_tile, residual_norms, tile_size  # noqa: E402
 from reference.householder import householder_q  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
 
@@ -56,6 +56,22 @@ def test_norms_match_float64_torch_products(batch: int, n: int, spoil: float) ->
     _assert_match(a, h, q, rtol=1e-8 if spoil == 0 else 1e-12)
 
 
+@pytest.mark.parametrize("n", [70, 130])
+def test_the_narrower_tile_of_blackwell_gives_the_same_norms(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the 64-row tile does not compile (``largest_tile``), 32-row tiles cover the matrix:
+    ragged last tiles and more slots per column, the same sums."""
+    monkeypatch.setattr(checker_kernels, "largest_tile", lambda capability: 32)
+    a, h, q = _factors(2, n, DEVICE, 1e-3)
+    _assert_match(a, h, q, rtol=1e-12)
+
+
+def test_the_largest_tile_is_narrower_only_where_64_rows_do_not_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checker_kernels, "_TRITON", (3, 6))
+    assert [largest_tile(c) for c in (None, (8, 0), (9, 0), (10, 0), (10, 3), (12, 0))] == [64, 64, 64, 32, 32, 64]
+    monkeypatch.setattr(checker_kernels, "_TRITON", (3, 8))
+    assert largest_tile((10, 0)) == 64
+
+
 def test_without_reconstruction_the_other_norms_are_unchanged() -> None:
     a, h, q = _factors(2, 40, DEVICE, 1e-3)
     full = residual_norms(a, h, q)
@@ -75,18 +91,24 @@ def test_bad_operands_are_refused() -> None:
 
 def test_tile_size() -> None:
     assert [tile_size(n) for n in (1, 16, 17, 32, 33, 64, 512, 4096)] == [16, 16, 32, 32, 64, 64, 64, 64]
+    assert [tile_size(n, 32) for n in (1, 17, 33, 4096)] == [16, 32, 32, 32]
 
 
 @pytest.mark.skipif(not NVIDIA_BACKEND.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
-def test_kernels_compile_for_sm90() -> None:
-    """Every launch of the three kernels at qr_v2's sizes compiles to a cubin for sm_90 (the
-    interpreter checks the arithmetic, this the rest)."""
-    if rerun_compiled(__file__, "test_kernels_compile_for_sm90", COMPILE_ONLY):
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0)], ids=["sm90", "sm100"])
+def test_kernels_compile_for_hopper_and_blackwell(capability: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch of the three kernels at qr_v2's sizes, with the tiles chosen for an H200
+    (sm_90) or a B200 (sm_100, the contest's GPU), compiles to a cubin for it under the installed
+    Triton (the interpreter checks the arithmetic, this the rest)."""
+    test = f"test_kernels_compile_for_hopper_and_blackwell[sm{capability[0]}{capability[1]}]"
+    if rerun_compiled(__file__, test, COMPILE_ONLY):
         return
     from reference_kernels.blocked_wy.offline import compile_launch, record_calls
 
+    monkeypatch.setattr(checker_kernels, "_capability", lambda device: capability)
+
     def run() -> None:
-        for n in (32, 176, 352, 512, 1024, 4096):
+        for n in (16, 32, 176, 352, 512, 1024, 4096):  # every tile: 16, 32 and (where it compiles) 64
             meta = torch.empty(1, n, n, device="meta")
             residual_norms(meta, meta, meta)
 
@@ -95,7 +117,7 @@ def test_kernels_compile_for_sm90() -> None:
     launches = record_calls(run, kernels)
     assert len(launches) >= 6
     for name, launch in launches.items():
-        assert compile_launch(launch), name
+        assert compile_launch(launch, 10 * capability[0] + capability[1]), name
 
 
 @pytest.mark.gpu

@@ -439,9 +439,11 @@ _LAUNCHES = [
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
-def test_every_kernel_compiles_for_sm90() -> None:
-    """The interpreter checks the arithmetic; this checks shapes, layouts and types compile to sm_90."""
-    if rerun_compiled(__file__, "test_every_kernel_compiles_for_sm90", COMPILE_ONLY):
+@pytest.mark.parametrize("arch", [90, 100], ids=["sm90", "sm100"])
+def test_every_kernel_compiles_for_hopper_and_blackwell(arch: int) -> None:
+    """The interpreter checks the arithmetic; this checks shapes, layouts and types compile to
+    sm_90 (H200) and sm_100 (B200, the contest's GPU)."""
+    if rerun_compiled(__file__, f"test_every_kernel_compiles_for_hopper_and_blackwell[sm{arch}]", COMPILE_ONLY):
         return
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -449,7 +451,7 @@ def test_every_kernel_compiles_for_sm90() -> None:
     for fn, signature, constants, warps in _LAUNCHES:
         signature = {**signature, **dict.fromkeys(constants, "constexpr")}
         compiled = triton.compile(
-            ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+            ASTSource(fn, signature, constants), target=GPUTarget("cuda", arch, 32), options={"num_warps": warps}
         )
         assert compiled.asm["cubin"], f"{fn.__name__} {constants}"
 

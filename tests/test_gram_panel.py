@@ -84,8 +84,9 @@ def _assert_factors(a: torch.Tensor, plan: Plan) -> None:
     assert v.diagnostics["scaled_factor_residual"] <= RESIDUAL_LIMIT, v.message
 
 
-# (batch, rows, columns): several Gram parts, no rows below the top block, a ragged width.
-PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 21)]
+# (batch, rows, columns): several Gram parts, no rows below the top block, ragged widths, the widest
+# leaf (its Gram summed in two halves) and a ragged one past 32 columns.
+PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 21), (2, 140, 64), (1, 90, 45)]
 
 
 @pytest.mark.parametrize(("batch", "m", "w"), PANELS, ids=[f"{b}x{m}x{w}" for b, m, w in PANELS])
@@ -200,8 +201,12 @@ def test_gram_leaves_with_library_leaf_products() -> None:
 
 
 def test_a_gram_plan_refuses_what_its_kernels_cannot_take() -> None:
-    with pytest.raises(ValueError, match="at least 16"):
+    with pytest.raises(ValueError, match=r"leaves of 16 .* to 64 columns, got 8"):
         Plan(nb=32, leaf=8, panel="gram")
+    with pytest.raises(ValueError, match=r"leaves of 16 .* to 64 columns, got 128"):
+        Plan(nb=128, leaf=128, panel="gram")
+    with pytest.raises(ValueError, match="at most 64 columns"):
+        gram_panel(torch.zeros(1, 100, 65), torch.zeros(1, 65), (torch.zeros(1, 100, 65), torch.zeros(1, 65, 65)))
     with pytest.raises(ValueError, match="does not trim"):
         Plan(nb=32, leaf=32, panel="gram", trim=True)
     with pytest.raises(ValueError, match="panel must be one of"):

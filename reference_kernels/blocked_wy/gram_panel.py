@@ -36,49 +36,70 @@ from reference_kernels.blocked_wy.column_steps import _add_pairs, _larft_column
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.source import _base
 
-__all__ = ["GRAM_ERROR_LIMIT", "error_scale", "gram_panel"]
+__all__ = ["GRAM_ERROR_LIMIT", "MAX_LEAF", "error_scale", "gram_panel"]
 
 # Largest bound on a squared norm's relative rounding that the Gram route accepts (the docstring).
 GRAM_ERROR_LIMIT = 1e-9
 _EPS64 = 2.0**-53
-# Rows per tl.dot step of the Gram and V launches, the most parts a matrix's Gram is split into,
-# and rows per step of the fallback's passes.
+# Rows per tl.dot step of the Gram launch, per program of the V launch, the most parts a matrix's
+# Gram is split into, and rows per step of the fallback's passes. No float64 tl.dot here has more
+# than 32 rows: one of 64 does not compile for compute capability 10.x (B200) under Triton before
+# 3.8 (reports/cpu/2026-12-05-compile-targets.md), so the V launch takes 32 rows a program and the
+# Gram of a 64-column leaf is summed as two 32-row halves.
 _GRAM_ROWS = 64
+_V_ROWS = 32
+_DOT_ROWS = 32
 _MAX_PARTS = 16
 _FALLBACK_ROWS = 64
+# The widest leaf: the column-step program keeps four w x w float64 tiles in registers.
+MAX_LEAF = 64
 
 
 @triton.jit
-def _gram_step(g, p_mat, p_row_stride, r0, end, cols, W: tl.constexpr, BR: tl.constexpr):
-    """g plus the float64 Gram of rows r0 .. r0 + BR (those before ``end``)."""
+def _gram_step(g, g_low, p_mat, p_row_stride, r0, end, cols, W: tl.constexpr, BW: tl.constexpr,
+               BR: tl.constexpr, GR: tl.constexpr):
+    """(g, g_low) plus the float64 Gram of rows r0 .. r0 + BR (those before ``end``): its first GR
+    rows, and where BW = 2 GR its last GR rows too."""
     rows = r0 + tl.arange(0, BR)[:, None]
-    x = tl.load(p_mat + rows * p_row_stride + cols, mask=(rows < end) & (cols < W), other=0.0).to(tl.float64)
-    return tl.dot(tl.trans(x), x, g, out_dtype=tl.float64)
+    inside = rows < end
+    x = tl.load(p_mat + rows * p_row_stride + cols, mask=inside & (cols < W), other=0.0).to(tl.float64)
+    if BW == GR:
+        return tl.dot(tl.trans(x), x, g, out_dtype=tl.float64), g_low
+    half = tl.arange(0, GR)[None, :]
+    x_top = tl.load(p_mat + rows * p_row_stride + half, mask=inside & (half < W), other=0.0).to(tl.float64)
+    x_low = tl.load(p_mat + rows * p_row_stride + GR + half, mask=inside & (half + GR < W), other=0.0).to(tl.float64)
+    return (tl.dot(tl.trans(x_top), x, g, out_dtype=tl.float64),
+            tl.dot(tl.trans(x_low), x, g_low, out_dtype=tl.float64))
 
 
 @triton.jit(do_not_specialize=["p_off", "m", "part_rows"])
 def _bottom_gram_kernel(
     p, p_off, p_mat_stride, p_row_stride, part, m, part_rows,
-    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, INTERPRETED: tl.constexpr,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, GR: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
-    """One part's ``P2^T P2`` (float64, BW x BW, padded with zeros), rows W + pid * part_rows on."""
+    """One part's ``P2^T P2`` (float64, BW x BW, padded with zeros), rows W + pid * part_rows on,
+    summed GR rows of it at a time (BW = GR or 2 GR)."""
     pid_r = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     cols = tl.arange(0, BW)[None, :]
     p_mat = p + p_off + pid_b * p_mat_stride
     first = W + pid_r * part_rows
     end = tl.minimum(first + part_rows, m)
-    g = tl.zeros([BW, BW], dtype=tl.float64)
+    g = tl.zeros([GR, BW], dtype=tl.float64)
+    g_low = tl.zeros([GR, BW], dtype=tl.float64)  # rows GR on, where BW = 2 GR
     if INTERPRETED:  # the interpreter's range takes no tensor bounds
         r0 = first
         while r0 < end:
-            g = _gram_step(g, p_mat, p_row_stride, r0, end, cols, W, BR)
+            g, g_low = _gram_step(g, g_low, p_mat, p_row_stride, r0, end, cols, W, BW, BR, GR)
             r0 += BR
     else:  # pipelined: the next rows' loads in flight during this step's product
         for r0 in tl.range(first, end, BR, num_stages=3):
-            g = _gram_step(g, p_mat, p_row_stride, r0, end, cols, W, BR)
+            g, g_low = _gram_step(g, g_low, p_mat, p_row_stride, r0, end, cols, W, BW, BR, GR)
     out = part + (pid_b * tl.num_programs(0) + pid_r) * BW * BW
-    tl.store(out + tl.arange(0, BW)[:, None] * BW + cols, g)
+    gram_rows = tl.arange(0, GR)[:, None]
+    tl.store(out + gram_rows * BW + cols, g)
+    if BW > GR:
+        tl.store(out + (gram_rows + GR) * BW + cols, g_low)
 
 
 @triton.jit
@@ -445,6 +466,8 @@ def gram_panel(
     if m < w or tau.shape != (batch, w) or v.shape != panel.shape or t.shape != (batch, w, w):
         raise ValueError(f"bad panel shapes: panel {tuple(panel.shape)}, tau {tuple(tau.shape)}, "
                          f"V {tuple(v.shape)}, T {tuple(t.shape)}")
+    if w > MAX_LEAF:
+        raise ValueError(f"a gram panel takes at most {MAX_LEAF} columns, got {w}")
     block_w = max(16, pow2_at_least(w))
     below = m - w
     n_parts = max(1, min(_MAX_PARTS, ceil_div(below, _GRAM_ROWS)))
@@ -456,7 +479,8 @@ def gram_panel(
     v_args = (*_base(v), v.stride(0), v.stride(1))
     sizes = {"W": w, "BW": block_w}
     _bottom_gram_kernel[(n_parts, batch)](
-        *p_args, part, m, part_rows, BR=_GRAM_ROWS, INTERPRETED=INTERPRETED, num_warps=4, **sizes
+        *p_args, part, m, part_rows, BR=_GRAM_ROWS, GR=min(block_w, _DOT_ROWS), INTERPRETED=INTERPRETED,
+        num_warps=4, **sizes,
     )
     _gram_householder_kernel[(batch,)](
         *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
@@ -465,7 +489,7 @@ def gram_panel(
         num_warps=warps, **sizes,
     )
     if below > 0:
-        _bottom_v_kernel[(ceil_div(below, _GRAM_ROWS), batch)](
-            *p_args, *v_args, coef, fallback, m, BR=_GRAM_ROWS, num_warps=4, **sizes,
+        _bottom_v_kernel[(ceil_div(below, _V_ROWS), batch)](
+            *p_args, *v_args, coef, fallback, m, BR=_V_ROWS, num_warps=4, **sizes,
         )
     return fallback

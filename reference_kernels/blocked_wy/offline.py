@@ -1,4 +1,4 @@
-"""Every Triton launch ``qr`` makes, found without a GPU and compiled for one (sm_90).
+"""Every Triton launch ``qr`` makes, found without a GPU and compiled for one (sm_90, sm_100, ...).
 
 ``record_launches`` runs ``qr`` on meta tensors (shapes only) with the kernels swapped for recorders
 and derives each launch's specialisation exactly as Triton's launcher would on the GPU;
@@ -111,13 +111,14 @@ def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, 
     return record_calls(run, _KERNELS)
 
 
-def compile_launch(launch: Launch) -> bytes:
-    """The sm_90 cubin of one recorded launch (also stored in Triton's cache, as the GPU run keys it)."""
+def compile_launch(launch: Launch, arch: int = 90) -> bytes:
+    """The cubin of one recorded launch for ``sm_<arch>`` (90: H200; 100: B200), also stored in
+    Triton's cache, as a GPU run keys it."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn, (signature, constants, attrs, options) = launch
     compiled = triton.compile(
-        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32), options=options
+        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
     )
     return compiled.asm["cubin"]

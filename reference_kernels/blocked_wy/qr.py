@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from reference_kernels.blocked_wy.gram_panel import gram_panel
+from reference_kernels.blocked_wy.gram_panel import MAX_LEAF, gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
@@ -122,8 +122,8 @@ class Plan:
             raise ValueError(f"fused tiles are for the tf32x3 update, not {self.update!r}")
         if self.panel not in PANELS:
             raise ValueError(f"panel must be one of {PANELS}, got {self.panel!r}")
-        if self.panel == "gram" and self.leaf < 16:
-            raise ValueError(f"a gram panel needs leaves of at least 16 columns (tl.dot), got {self.leaf}")
+        if self.panel == "gram" and not 16 <= self.leaf <= MAX_LEAF:
+            raise ValueError(f"a gram panel takes leaves of 16 (tl.dot) to {MAX_LEAF} columns, got {self.leaf}")
         if self.panel == "gram" and self.trim:
             raise ValueError("a gram panel does not trim (its kernels do not read the widths)")
         if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
