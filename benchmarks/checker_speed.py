@@ -8,7 +8,9 @@ the verdicts agree and the largest difference between their diagnostics, in unit
 (the gates are 20 and 100). Two more columns split the fast path: its check without the
 reconstruction residual (``reconstruction=False``, what the evaluator's timed repeats run) and
 the share of materialising Q alone. Prints the table and writes it, with the GPU, versions and
-date, as Markdown.
+date, as Markdown. ``--largest-tile 32`` caps the residual kernels' tiles at 32 rows, as a B200
+under Triton before 3.8 runs them (``reference.checker_kernels.largest_tile``), to see their cost
+on the GPU at hand.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+import reference.checker_kernels as checker_kernels
 from benchmarks.note import machine_line, publish
 from reference import generate_input, verdict
 from reference.householder import householder_q
@@ -47,10 +50,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, help="Markdown file to write the table to")
+    parser.add_argument("--largest-tile", type=int, choices=(16, 32, 64),
+                        help="cap the residual kernels' tiles (default: what largest_tile picks for this GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
+    if args.largest_tile:
+        checker_kernels.largest_tile = lambda capability: args.largest_tile
+    tiles = checker_kernels.largest_tile(torch.cuda.get_device_capability())
 
     rows = []
     for batch, n in SHAPES:
@@ -72,9 +80,12 @@ def main() -> int:
     headers = ["shape", "published (ms)", "fast (ms)", "speedup", "same verdict", "max diagnostic diff (n·eps)",
                "fast, gates only (ms)", "of which Q (ms)"]
     table = tabulate(rows, headers=headers, tablefmt="github")
-    header = (f"Checker time per check of torch.geqrf's output (median of {args.repeats}, after a warm-up), "
-              f"{machine_line()}.")
-    publish("Checker speed", header, table, "python -m benchmarks.checker_speed", args.out)
+    header = (f"Checker time per check of torch.geqrf's output (median of {args.repeats}, after a warm-up; "
+              f"residual tiles of at most {tiles} rows), {machine_line()}.")
+    command = "python -m benchmarks.checker_speed"
+    if args.largest_tile:
+        command += f" --largest-tile {args.largest_tile}"
+    publish("Checker speed", header, table, command, args.out)
     return 0
 
 

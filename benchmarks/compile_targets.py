@@ -8,13 +8,15 @@ kernels at qr_v2's sizes, with 32-row and 64-row tiles and with the tile
 ``reference.checker_kernels.largest_tile`` picks for the target, and every launch of blocked_wy's
 default plans and of its Gram-route plans (cholesky_orhr's kernels are compiled for sm_90 and sm_100
 by its test). A launch that compiles can still be wrong or slow on the device; one that does not is
-a crash there. Run it under each Triton to compare (``pip install --target DIR triton==X`` and
-``PYTHONPATH=DIR``). Findings: reports/cpu/2026-12-05-compile-targets.md.
+a crash there, as is one that asks for more shared memory per program than the GPU gives (each
+cell says the most any launch asks). Run it under each Triton to compare (``pip install --target
+DIR triton==X`` and ``PYTHONPATH=DIR``). Findings: reports/cpu/2026-12-05-compile-targets.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,8 +33,9 @@ from reference_kernels.blocked_wy import default_plan
 from reference_kernels.blocked_wy.offline import Launch, compile_launch, record_calls, record_launches
 
 SIZES = (32, 176, 352, 512, 1024, 2048, 4096)
-# sm_80 A100, sm_89 L4 and RTX 4090, sm_90 H100 and H200, sm_100 B200, sm_103 B300, sm_120 RTX 5090.
-ARCHS = (80, 89, 90, 100, 103, 120)
+# sm_75 T4, sm_80 A100, sm_86 A10 and RTX 3090, sm_89 L4 and RTX 4090, sm_90 H100 and H200,
+# sm_100 B200, sm_103 B300, sm_120 RTX 5090.
+ARCHS = (75, 80, 86, 89, 90, 100, 103, 120)
 _CHECKER_KERNELS = ("_factor_kernel", "_orthogonality_kernel", "_reconstruction_kernel")
 
 
@@ -82,21 +85,24 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
-def _compiles(launch: Launch, arch: int) -> bool:
+def _shared_memory(launch: Launch, arch: int) -> int | None:
+    """The launch's shared memory per program in bytes for ``sm_<arch>``, or None where it does not compile."""
     try:
         with _quiet_stderr():
-            compile_launch(launch, arch)
+            return compile_launch(launch, arch).metadata.shared
     except Exception:  # noqa: BLE001 (the table's subject: any compiler failure, whatever its type)
-        return False
-    return True
+        return None
 
 
 def tally(launches: dict[str, Launch], arch: int) -> str:
-    """'all N compile' or 'K of N fail: kernel names' for the launches compiled for ``arch``."""
-    failed = [fn.__name__ for fn, spec in launches.values() if not _compiles((fn, spec), arch)]
-    if not failed:
-        return f"all {len(launches)} compile"
-    return f"{len(failed)} of {len(launches)} fail: {', '.join(sorted(set(failed)))}"
+    """'N, K KB' (all N compile, the largest asks K KB of shared memory a program: a GPU that gives
+    a block less cannot launch it) or 'F of N fail: kernel names', for ``sm_<arch>``."""
+    shared = [(fn.__name__, _shared_memory((fn, spec), arch)) for fn, spec in launches.values()]
+    failed = sorted({name for name, size in shared if size is None})
+    if failed:
+        count = sum(size is None for _, size in shared)
+        return f"{count} of {len(shared)} fail: {', '.join(failed)}"
+    return f"{len(shared)}, {math.ceil(max(size for _, size in shared) / 1024)} KB"
 
 
 def main() -> None:
@@ -115,11 +121,12 @@ def main() -> None:
         "blocked_wy, Gram-route plans": lambda arch: blocked_wy_launches(gram=True),
     }
     rows = []
-    for label, launches in groups.items():
-        rows.append([label, *(tally(launches(arch), arch) for arch in archs)])
-        print(f"{label}: done", flush=True)
-    table = tabulate(rows, headers=["launches", *(f"sm_{arch}" for arch in archs)], tablefmt="github")
-    header = (f"Launches compiled by Triton {triton.__version__}'s compiler and ptxas per target, no GPU; "
+    for arch in archs:
+        rows.append([f"sm_{arch}", *(tally(launches(arch), arch) for launches in groups.values())])
+        print(f"sm_{arch}: done", flush=True)
+    table = tabulate(rows, headers=["target", *groups], tablefmt="github")
+    header = (f"Launches compiled by Triton {triton.__version__}'s compiler and ptxas per target, no GPU "
+              f"(a cell: how many compile and the most shared memory one asks a program, or which fail); "
               f"{machine_line('cpu')}.")
     publish("Compile targets", header, table, "python -m benchmarks.compile_targets", args.out)
 

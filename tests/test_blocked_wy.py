@@ -492,7 +492,7 @@ def test_every_launch_compiles_for_hopper_and_blackwell(arch: int) -> None:
     launches = record_launches(calls)
     assert len(launches) >= 10
     for name, launch in launches.items():
-        assert compile_launch(launch, arch), name
+        assert compile_launch(launch, arch).asm["cubin"], name
 
 
 # ---- GPU only: the contest's shapes -------------------------------------------------------------

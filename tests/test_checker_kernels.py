@@ -117,7 +117,7 @@ def test_kernels_compile_for_hopper_and_blackwell(capability: tuple[int, int], m
     launches = record_calls(run, kernels)
     assert len(launches) >= 6
     for name, launch in launches.items():
-        assert compile_launch(launch, 10 * capability[0] + capability[1]), name
+        assert compile_launch(launch, 10 * capability[0] + capability[1]).asm["cubin"], name
 
 
 @pytest.mark.gpu

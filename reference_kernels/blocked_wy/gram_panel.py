@@ -47,8 +47,8 @@ _EPS64 = 2.0**-53
 # 3.8 (reports/cpu/2026-12-05-compile-targets.md), so the V launch takes 32 rows a program and the
 # Gram of a 64-column leaf is summed as two 32-row halves.
 _GRAM_ROWS = 64
-_V_ROWS = 32
 _DOT_ROWS = 32
+_V_ROWS = _DOT_ROWS  # the rows of its program's product
 _MAX_PARTS = 16
 _FALLBACK_ROWS = 64
 # The widest leaf: the column-step program keeps four w x w float64 tiles in registers.

@@ -111,14 +111,12 @@ def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, 
     return record_calls(run, _KERNELS)
 
 
-def compile_launch(launch: Launch, arch: int = 90) -> bytes:
-    """The cubin of one recorded launch for ``sm_<arch>`` (90: H200; 100: B200), also stored in
-    Triton's cache, as a GPU run keys it."""
+def compile_launch(launch: Launch, arch: int = 90) -> triton.compiler.CompiledKernel:
+    """One recorded launch compiled for ``sm_<arch>`` (90: H200; 100: B200), also stored in Triton's
+    cache, as a GPU run keys it: its cubin is ``.asm["cubin"]``, its shared memory ``.metadata.shared``."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn, (signature, constants, attrs, options) = launch
-    compiled = triton.compile(
-        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
-    )
-    return compiled.asm["cubin"]
+    source = ASTSource(fn, signature, constants, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
