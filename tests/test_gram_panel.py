@@ -138,14 +138,16 @@ def test_scaled_columns_stay_on_the_gram_route() -> None:
     assert orthogonality <= RESIDUAL_LIMIT
 
 
-def test_a_singular_top_with_nothing_below_stays_on_the_gram_route() -> None:
+@pytest.mark.parametrize("pairs", [False, True], ids=["single", "pairs"])
+def test_a_singular_top_with_nothing_below_stays_on_the_gram_route(pairs: bool) -> None:
     """Rows below the top block that are exactly zero (an upper-triangular or rank-deficient
-    trailing block) make the Gram products exact: no fallback however singular the top is."""
+    trailing block) make the Gram products exact: no fallback however singular the top is, and
+    geqrf's tau = 0 wherever a column has nothing left below its diagonal."""
     p = torch.zeros(1, 96, 32)
     p[0, :32] = torch.triu(torch.randn(32, 32, generator=torch.Generator().manual_seed(6)))
     p[0, :32, 7] = 0.0
     p = p.to(DEVICE)
-    panel, tau, _, _, flags = _factor(p)
+    panel, tau, _, _, flags = _factor(p, pairs=pairs)
     assert flags.tolist() == [0]
     h_ref, tau_ref = torch.geqrf(p.cpu())
     torch.testing.assert_close(panel.cpu(), h_ref, rtol=0, atol=2e-5)

@@ -258,10 +258,15 @@ def _gram_column(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding
 
 
 @triton.jit
-def _add_many(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12,
-              b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12):
+def _add_fives64(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4
+
+
+@triton.jit
+def _add_many(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14,
+              b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14):
     return (a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5, a6 + b6, a7 + b7, a8 + b8, a9 + b9,
-            a10 + b10, a11 + b11, a12 + b12)
+            a10 + b10, a11 + b11, a12 + b12, a13 + b13, a14 + b14)
 
 
 @triton.jit
@@ -285,20 +290,25 @@ def _gram_pair(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_s
              tl.where(c2 == k, gram, 0.0), tl.where(c2 == k1, gram, 0.0)), 1, _add_quads64)
         ak, ak1 = tl.reduce((tl.where(c2 == k, top, 0.0), tl.where(c2 == k1, top, 0.0)), 1, _add_pairs)
     ak_below = tl.where(idx > k, ak, 0.0)
+    ak_past = tl.where(idx > k1, ak, 0.0)
     ak1_below = tl.where(idx > k1, ak1, 0.0)
     # As in _gram_column, for both columns: low/low1 against mix, high/h1 against top's rows below
-    # each, top's rows k and k1, and reach.
+    # each, top's rows k and k1, and reach; past: top's rows below k1 against column k, summed
+    # directly, not as high less row k1's term, so a tail that is exactly zero (nothing below row
+    # k1) stays exactly zero whatever products the compiler fuses.
     if INTERPRETED:
         low = tl.sum(mix * g[:, None], axis=0)
         low1 = tl.sum(mix * g1[:, None], axis=0)
         high = tl.sum(top * ak_below[:, None], axis=0)
         h1 = tl.sum(top * ak1_below[:, None], axis=0)
+        past = tl.sum(top * ak_past[:, None], axis=0)
         rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
         row1 = tl.sum(tl.where(r2 == k1, top, 0.0), axis=0)
         reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
     else:
-        low, low1, high, h1 = tl.reduce(
-            (mix * g[:, None], mix * g1[:, None], top * ak_below[:, None], top * ak1_below[:, None]), 0, _add_quads64)
+        low, low1, high, h1, past = tl.reduce(
+            (mix * g[:, None], mix * g1[:, None], top * ak_below[:, None], top * ak1_below[:, None],
+             top * ak_past[:, None]), 0, _add_fives64)
         rowk, row1, reach = tl.reduce(
             (tl.where(r2 == k, top, 0.0), tl.where(r2 == k1, top, 0.0), tl.abs(mix) * lower_norms[:, None]),
             0, _add_triples64)
@@ -306,12 +316,12 @@ def _gram_pair(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_s
     at_k1 = idx == k1
     # Every scalar both steps need, in one reduction: entries k and k1 of those sums.
     (alpha, high_k, low_k, rowk_k1, high_k1, low_k1, row1_k, row1_k1, low1_k, low1_k1, h1_k, h1_k1,
-     reach_k) = tl.reduce(
+     past_k, past_k1, reach_k) = tl.reduce(
         (tl.where(at_k, rowk, 0.0), tl.where(at_k, high, 0.0), tl.where(at_k, low, 0.0),
          tl.where(at_k1, rowk, 0.0), tl.where(at_k1, high, 0.0), tl.where(at_k1, low, 0.0),
          tl.where(at_k, row1, 0.0), tl.where(at_k1, row1, 0.0), tl.where(at_k, low1, 0.0),
          tl.where(at_k1, low1, 0.0), tl.where(at_k, h1, 0.0), tl.where(at_k1, h1, 0.0),
-         tl.where(at_k, reach, 0.0)), 0, _add_many)
+         tl.where(at_k, past, 0.0), tl.where(at_k1, past, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_many)
     sig = high_k + low_k
     beta, tau_k, scale = _reflector64(alpha, sig)
     shaky = shaky | (reach_k * reach_k * rounding_scale > alpha * alpha + sig)
@@ -322,19 +332,25 @@ def _gram_pair(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_s
     # is then v_k, each is scaled by ``scale``): row k1, its products with top's rows below k1, low.
     after = tl.where(idx > k, u, 0.0)
     on_k = tl.where(at_k, scale, 1.0)
-    s_top = scale * (high - row1 * row1_k)  # sum over rows i > k1 of top[i, j] v_k[i]
-    s_k1 = scale * (high_k1 - row1_k1 * row1_k)
-    s_vv = scale * scale * (high_k - row1_k * row1_k)  # sum over rows i > k1 of v_k[i]^2
+    s_top = scale * past  # sum over rows i > k1 of top[i, j] v_k[i]
+    s_k1 = scale * past_k1
+    s_vv = scale * scale * past_k  # sum over rows i > k1 of v_k[i]^2
     row1 = (row1 - tau_k * scale * row1_k * after) * on_k
     h1 = (h1 - tau_k * u_k1 * s_top - tau_k * after * s_k1 + tau_k * tau_k * after * u_k1 * s_vv) * on_k
     low1 = (low1 - c * u_k1 * low - c * after * low1_k + c * c * after * u_k1 * low_k) * on_k
     alpha1 = row1_k1 - tau_k * scale * row1_k * u_k1
-    sig1 = (h1_k1 - 2.0 * tau_k * u_k1 * s_k1 + tau_k * tau_k * u_k1 * u_k1 * s_vv
-            + low1_k1 - c * u_k1 * (low_k1 + low1_k) + c * c * u_k1 * u_k1 * low_k)
+    t_top = tau_k * u_k1 * s_k1
+    t_vv = tau_k * tau_k * u_k1 * u_k1 * s_vv
+    t_low = c * u_k1 * (low_k1 + low1_k)
+    t_ll = c * c * u_k1 * u_k1 * low_k
+    sig1 = h1_k1 - 2.0 * t_top + t_vv + low1_k1 - t_low + t_ll
     beta1, tau_k1, scale1 = _reflector64(alpha1, sig1)
     m1 = m1 - c * u_k1 * mk  # column k1 of mix after column k's reflector
     reach1 = tl.sum(tl.abs(m1) * lower_norms)
-    shaky = shaky | (reach1 * reach1 * rounding_scale > alpha1 * alpha1 + sig1)
+    # sig1's terms cancel where column k took most of column k1, so its rounding scales with their
+    # magnitudes: bounded with the Gram products' m eps64 (generous for a sum of six terms).
+    spread = h1_k1 + 2.0 * tl.abs(t_top) + t_vv + tl.abs(low1_k1) + tl.abs(t_low) + tl.abs(t_ll)
+    shaky = shaky | ((reach1 * reach1 + spread) * rounding_scale > alpha1 * alpha1 + sig1)
     u1 = row1 + scale1 * (h1 + low1)
     # Entry k of u1 (v_k1^T v_k), from the scalars: T's column k1 needs it.
     u1_k = scale * row1_k + scale1 * (scale * h1_k - tau_k * u_k1 * s_vv + scale * (low1_k - c * u_k1 * low_k))
