@@ -1,5 +1,5 @@
 """blocked_wy's Gram-route panels on qr_v2's large cases: how many panels take the fallback, and on a
-GPU the verdicts and times of Gram-route plans against the default ones.
+GPU the verdicts and times of the default plans against Householder-panel and Gram-route variants.
 
 Run from the repo root: ``python -m benchmarks.gram_panel [--min-n 1024] [--out FILE.md]``.
 
@@ -7,7 +7,7 @@ The fallback count needs no GPU: each spec's panels as the factorisation meets t
 reflectors of a float64 QR applied by ``ormqr``) go through :func:`fallback_flags`, the
 column-step program's decision in float64 torch (tests/test_gram_panel.py holds it to the
 kernel's flags). On a GPU each spec is also factored by the
-default plan and by each Gram-route variant (captured graphs, back-to-back calls timed by CUDA events,
+default plan and by each variant of ``VARIANTS`` (captured graphs, back-to-back calls timed by CUDA events,
 median after a warm-up: a quick look, not the evaluator's protocol, which ``qrbench sweep`` is),
 with the contest's verdict and the worst scaled factor residual.
 """
@@ -28,12 +28,16 @@ from reference import generate_input, verdict
 from reference_kernels.blocked_wy import Plan, default_plan, qr
 from reference_kernels.blocked_wy.gram_panel import GRAM_ERROR_LIMIT, error_scale
 
-# Gram-route variants per size, laid over its default plan: one leaf per panel, and at 2048 (whose
-# plan has 128-column panels) 32-column panels with the one-launch-per-kind tf32x3 update too.
+# Variants per size, laid over its default plan: at 1024 (Householder panels) Gram leaves of 32 and
+# of 16 at four warps; at 2048 and 4096 (Gram leaves of 32 at four warps since §W21) the former
+# Householder plans, and the Gram leaves at eight warps with pairs, as first timed there.
 VARIANTS: dict[int, tuple[dict[str, object], ...]] = {
-    1024: ({"leaf": 32}, {"leaf": 16}),
-    2048: ({"leaf": 32}, {"nb": 32, "leaf": 32, "update": "tf32x3"}),
-    4096: ({"leaf": 32},),
+    1024: ({"panel": "gram", "leaf": 32, "panel_warps": 4, "two_columns": False},
+           {"panel": "gram", "leaf": 16, "panel_warps": 4, "two_columns": False}),
+    2048: ({"panel": "householder", "leaf": 16, "panel_warps": None},
+           {"panel": "gram", "panel_warps": 8, "two_columns": True}),
+    4096: ({"panel": "householder", "leaf": 8, "panel_warps": 8, "two_columns": True},
+           {"panel": "gram", "panel_warps": 8, "two_columns": True}),
 }
 
 
@@ -104,9 +108,9 @@ def _time_ms(plan: Plan, a: torch.Tensor, calls: int) -> float:
 
 
 def _plans(n: int) -> list[tuple[str, Plan]]:
-    """(label, plan): n's default plan, then each Gram-route variant laid over it."""
+    """(label, plan): n's default plan, then each variant laid over it."""
     base = default_plan(n)
-    return [("default", base), *((f"gram {v}", replace(base, panel="gram", **v)) for v in VARIANTS[n])]
+    return [("default", base), *((str(v), replace(base, **v)) for v in VARIANTS[n])]
 
 
 def _gpu_cells(case: Case, a: torch.Tensor, calls: int) -> list[str]:
@@ -149,7 +153,7 @@ def main() -> int:
     shapes = resolve_shapes("qr_v2")
     headers = ["mode", "spec", "panels falling back"]
     if gpu:
-        headers += ["default plan", *(f"gram variant {i + 1}" for i in range(max(map(len, VARIANTS.values()))))]
+        headers += ["default plan", *(f"variant {i + 1}" for i in range(max(map(len, VARIANTS.values()))))]
     rows: list[list[str]] = []
     kernel_rows: list[list[str]] = []
     for mode in ("test", "benchmark"):
