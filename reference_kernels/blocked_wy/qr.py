@@ -181,13 +181,13 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 8x2048: 128-column panels with the cuBLAS split-TF32 update (9.29 vs 9.67 ms, §W4); eight
     # panel warps spilled and lost (§W4), one launch lost (10.11 vs 9.33, §W11). Ranked 9.24 ms.
     # Gram-route leaves of 32 (gram_panel.py) at four warps, one column at a time: 7.99 ms against
-    # 9.23 in an H100 sweep, 10.35 at eight warps, 8.28 with pairs (§W21;
-    # reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json).
+    # 9.23 in an H100 sweep, 10.35 at eight warps, 8.28 with pairs; paired blocks 0.863 of the former
+    # plan's time (§W21; reports/h100/2026-12-06-blocked_wy-compare-gram.md).
     (4095, Plan(nb=128, leaf=32, update="cublas-tf32x3", inner="triton", panel="gram", panel_warps=4)),
     # 2x4096: leaves of 8 (25.2 vs 25.8 ms, §W3), eight panel warps (21.95 vs 23.42, §W4), pairs
     # (21.82 vs 22.00; 21.92 vs 22.19 mean, §W10); one launch lost (23.67 vs 21.98, §W11). Ranked 21.25 ms.
     # Gram-route leaves of 32 at four warps, one column at a time: 16.47 ms against 21.49 in an H100
-    # sweep, 21.28 at eight warps, 17.15 with pairs (§W21; reports/h100/2026-12-06-blocked_wy-sweep-gram-*-4096.json).
+    # sweep, 21.28 at eight warps, 17.15 with pairs; paired blocks 0.769 of the former plan's time (§W21).
     (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4)),
 )
 
