@@ -145,6 +145,8 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 # Panel warps are also confirmed by `qrbench sweep` under the evaluator's protocol:
 # reports/h200/2026-12-01-blocked_wy-sweep-panel_warps-qr_v2.json (2, 4 and 8 at 40x352, 640x512 and
 # 60x1024; `qrbench report FILE --baseline blocked_wy` gives no variant faster by the report's 5%).
+# The 2048 and 4096 entries since §W21 rest on H100 sweeps and paired blocks (reports/h100/README.md,
+# no H200 was to be had); the "ranked" figures they quote are their former plans'.
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 20x32: pairs (0.021 vs 0.034 ms one by one, §W6), two panel warps (0.0325 vs 0.0347 ms
     # median under the evaluator's timer, §W10). Ranked 35.3 us.
