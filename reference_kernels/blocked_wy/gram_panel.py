@@ -228,21 +228,30 @@ def _gram_column(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding
     """One column step: its sums from the tiles, its reflector, the tiles updated."""
     r2 = idx[:, None]
     c2 = idx[None, :]
-    mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
-    g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
-    ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
-    ak_below = tl.where(idx > k, ak, 0.0)
+    # Column k of mix, G @ mix and top, then (below) every sum over the tiles' rows, each kind in one
+    # reduction of several operands: 3 block-wide barriers a column instead of 6 (ptxas, sm_90, four
+    # warps, 209 registers either way; kernel-log §W21). Each operand is summed as tl.sum would.
     # low[j] = (P2 mix[:, j])^T (P2 mk), for j < k with v_j's coefficients in mix[:, j]; reach[j]
     # = sum_i |mix[i, j]| ||P2[:, i]||, whose square bounds the rounding of low[j] (about m eps64 of it).
     # high[j] = top's rows below k against column j; rowk = top's row k.
     if INTERPRETED:  # the same sums; the interpreter runs a custom combine in Python, per element
+        mk = tl.sum(tl.where(c2 == k, mix, 0.0), axis=1)
+        g = tl.sum(tl.where(c2 == k, gram, 0.0), axis=1)
+        ak = tl.sum(tl.where(c2 == k, top, 0.0), axis=1)
+        ak_below = tl.where(idx > k, ak, 0.0)
         low = tl.sum(mix * g[:, None], axis=0)
         reach = tl.sum(tl.abs(mix) * lower_norms[:, None], axis=0)
         high = tl.sum(top * ak_below[:, None], axis=0)
         rowk = tl.sum(tl.where(r2 == k, top, 0.0), axis=0)
     else:
-        low, reach = tl.reduce((mix * g[:, None], tl.abs(mix) * lower_norms[:, None]), 0, _add_pairs)
-        high, rowk = tl.reduce((top * ak_below[:, None], tl.where(r2 == k, top, 0.0)), 0, _add_pairs)
+        mk, g, ak = tl.reduce(
+            (tl.where(c2 == k, mix, 0.0), tl.where(c2 == k, gram, 0.0), tl.where(c2 == k, top, 0.0)), 1, _add_triples64
+        )
+        ak_below = tl.where(idx > k, ak, 0.0)
+        low, reach, high, rowk = tl.reduce(
+            (mix * g[:, None], tl.abs(mix) * lower_norms[:, None], top * ak_below[:, None],
+             tl.where(r2 == k, top, 0.0)), 0, _add_quads64,
+        )
     at_k = idx == k
     alpha, sig, reach_k = tl.reduce(
         (tl.where(at_k, rowk, 0.0), tl.where(at_k, high + low, 0.0), tl.where(at_k, reach, 0.0)), 0, _add_triples64
