@@ -30,7 +30,7 @@ from reference_kernels.blocked_wy.gram_panel import GRAM_ERROR_LIMIT, error_scal
 
 # Variants per size, laid over its default plan: at 1024 (Householder panels) Gram leaves of 32 and
 # of 16 at four warps; at 2048 and 4096 (Gram leaves of 32 at four warps since §W21) the former
-# Householder plans, and the Gram leaves at eight warps with pairs, as first timed there.
+# Householder plans, and the Gram leaves at eight warps with pairs.
 VARIANTS: dict[int, tuple[dict[str, object], ...]] = {
     1024: ({"panel": "gram", "leaf": 32, "panel_warps": 4, "two_columns": False},
            {"panel": "gram", "leaf": 16, "panel_warps": 4, "two_columns": False}),

@@ -229,8 +229,8 @@ def _gram_column(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding
     r2 = idx[:, None]
     c2 = idx[None, :]
     # Column k of mix, G @ mix and top, then (below) every sum over the tiles' rows, each kind in one
-    # reduction of several operands: 3 block-wide barriers a column instead of 6 (ptxas, sm_90, four
-    # warps, 209 registers either way; kernel-log §W21). Each operand is summed as tl.sum would.
+    # reduction of several operands, which shares its block-wide barriers (3 a column at four warps,
+    # ptxas sm_90; kernel-log §W21). Each operand is summed as tl.sum would.
     # low[j] = (P2 mix[:, j])^T (P2 mk), for j < k with v_j's coefficients in mix[:, j]; reach[j]
     # = sum_i |mix[i, j]| ||P2[:, i]||, whose square bounds the rounding of low[j] (about m eps64 of it).
     # high[j] = top's rows below k against column j; rowk = top's row k.

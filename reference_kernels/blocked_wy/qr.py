@@ -145,8 +145,7 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 # Panel warps are also confirmed by `qrbench sweep` under the evaluator's protocol:
 # reports/h200/2026-12-01-blocked_wy-sweep-panel_warps-qr_v2.json (2, 4 and 8 at 40x352, 640x512 and
 # 60x1024; `qrbench report FILE --baseline blocked_wy` gives no variant faster by the report's 5%).
-# The 2048 and 4096 entries since §W21 rest on H100 sweeps and paired blocks (reports/h100/README.md,
-# no H200 was to be had); the "ranked" figures they quote are their former plans'.
+# The 2048 and 4096 entries rest on H100 sweeps and paired blocks instead (reports/h100/README.md).
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # 20x32: pairs (0.021 vs 0.034 ms one by one, §W6), two panel warps (0.0325 vs 0.0347 ms
     # median under the evaluator's timer, §W10). Ranked 35.3 us.
@@ -180,16 +179,15 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # same plan), four 4.92 (4% faster: under the 5% that changes a plan), two 14.4.
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=8,
                 tiles=FUSED_ROWS_64)),
-    # 8x2048: 128-column panels with the cuBLAS split-TF32 update (9.29 vs 9.67 ms, §W4); eight
-    # panel warps spilled and lost (§W4), one launch lost (10.11 vs 9.33, §W11). Ranked 9.24 ms.
-    # Gram-route leaves of 32 (gram_panel.py) at four warps, one column at a time: 7.99 ms against
-    # 9.23 in an H100 sweep, 10.35 at eight warps, 8.28 with pairs; paired blocks 0.863 of the former
-    # plan's time (§W21; reports/h100/2026-12-06-blocked_wy-compare-gram.md).
+    # 8x2048: 128-column panels with the cuBLAS split-TF32 update (§W4, §W11), factored by Gram-route
+    # leaves of 32 (gram_panel.py) at four column-step warps, one column at a time: the fastest in the
+    # H100 sweep reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json, and paired blocks
+    # 0.863 of the Householder-panel plan's time (reports/h100/2026-12-06-blocked_wy-compare-gram.md, §W21).
     (4095, Plan(nb=128, leaf=32, update="cublas-tf32x3", inner="triton", panel="gram", panel_warps=4)),
-    # 2x4096: leaves of 8 (25.2 vs 25.8 ms, §W3), eight panel warps (21.95 vs 23.42, §W4), pairs
-    # (21.82 vs 22.00; 21.92 vs 22.19 mean, §W10); one launch lost (23.67 vs 21.98, §W11). Ranked 21.25 ms.
-    # Gram-route leaves of 32 at four warps, one column at a time: 16.47 ms against 21.49 in an H100
-    # sweep, 21.28 at eight warps, 17.15 with pairs; paired blocks 0.769 of the former plan's time (§W21).
+    # 2x4096: the tf32x3 update in two launches (§W11), one Gram-route leaf of 32 per panel at four
+    # column-step warps, one column at a time: the fastest in the H100 sweep
+    # reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-4096.json, and paired blocks 0.769 of the
+    # Householder-panel plan's time (the same compare file, §W21).
     (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4)),
 )
 
