@@ -35,6 +35,8 @@ from evaluator.worker import _await_command
 from reference.checker import verdict
 from reference.inputs import generate_input
 
+pytestmark = pytest.mark.alone  # the parent's handed-over memory and its worker processes (tests/machine_share.py)
+
 CASE = Case(2, 8, 1, 3)
 A = generate_input(**CASE.generator_args(), device="cpu")  # the buffers below are the CPU's
 

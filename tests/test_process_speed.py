@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from benchmarks import process_speed
+
+pytestmark = pytest.mark.alone  # times fresh processes and where each ran (tests/machine_share.py)
 
 
 def test_each_process_reports_its_speed_and_placement(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from evaluator.contestant import resolve_contestant
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import load_shapes
 
+pytestmark = pytest.mark.alone  # hangs and crashes judged against time limits (tests/machine_share.py)
+
 FIXTURES = Path(__file__).parent / "contestants"
 TINY = load_shapes(Path(__file__).parent / "shapes_tiny.yaml")
 CPU = RunOptions(device="cpu")

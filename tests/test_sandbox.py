@@ -34,7 +34,10 @@ from evaluator.hardening.sandbox import (
 from evaluator.hardening.sandbox.children import children
 from evaluator.hardening.sandbox.landlock import WRITES_ABI, landlock_abi
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's containment is Linux's"),
+    pytest.mark.alone,  # real attacks on processes, /proc and files (tests/machine_share.py)
+]
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -29,6 +29,8 @@ from evaluator.remote import Allowance, RemoteExecutor, copy_ns_per_byte
 from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
 from evaluator.shapes import Case
 
+pytestmark = pytest.mark.alone  # the parent's clock witnesses of timed repeats (tests/machine_share.py)
+
 
 def _measurements(claims: list[float], witness: float = 100.0, allowance: float = 20.0) -> list[Measurement]:
     return [Measurement(c, witness_ns=witness, allowance_ns=allowance) for c in claims]

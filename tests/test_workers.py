@@ -21,6 +21,8 @@ from evaluator.runner import RunOptions, StagePlan, run_contestant
 from evaluator.shapes import load_shapes
 from evaluator.workers import SPARE_READY, SpareWorkers, _Pending
 
+pytestmark = pytest.mark.alone  # counts and reaps worker processes (tests/machine_share.py)
+
 TESTS = Path(__file__).parent
 TINY = load_shapes(TESTS / "shapes_tiny.yaml")
 CPU = RunOptions(device="cpu")

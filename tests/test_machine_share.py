@@ -1,0 +1,48 @@
+"""Under ``pytest -n``, a test marked ``alone`` runs while no other test does (tests/machine_share.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+RECORDING_TEST = '''
+import json, os, time
+from pathlib import Path
+
+import pytest
+
+{mark}
+
+
+@pytest.mark.parametrize("i", range({count}))
+def test_{name}(i):
+    start = time.monotonic()
+    time.sleep(0.3)
+    record = {{"name": "{name}", "worker": os.environ["PYTEST_XDIST_WORKER"], "start": start, "end": time.monotonic()}}
+    with open(Path(__file__).parent / "log.jsonl", "a") as log:
+        log.write(json.dumps(record) + "\\n")
+'''
+
+
+def test_alone_tests_overlap_no_other_test(tmp_path: Path) -> None:
+    (tmp_path / "test_alone.py").write_text(RECORDING_TEST.format(mark="pytestmark = pytest.mark.alone",
+                                                                  count=3, name="alone"))
+    (tmp_path / "test_shared.py").write_text(RECORDING_TEST.format(mark="", count=8, name="shared"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "tests.conftest",
+                          "-p", "no:cacheprovider", str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(records) == 11
+    assert {r["worker"] for r in records} == {"gw0", "gw1"}
+    alone = [r for r in records if r["name"] == "alone"]
+    for test in alone:
+        overlapping = [r for r in records if r is not test and r["start"] < test["end"] and test["start"] < r["end"]]
+        assert overlapping == [], f"{test} ran beside {overlapping}"
