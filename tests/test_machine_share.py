@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from tests import machine_share
 from tests.conftest import REPO
 
 RECORDING_TEST = '''
@@ -46,3 +52,21 @@ def test_alone_tests_overlap_no_other_test(tmp_path: Path) -> None:
     for test in alone:
         overlapping = [r for r in records if r is not test and r["start"] < test["end"] and test["start"] < r["end"]]
         assert overlapping == [], f"{test} ran beside {overlapping}"
+
+
+def test_a_session_a_test_starts_takes_no_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pytest session started by a worker's test inherits the worker's variables. Were it to queue
+    for the lock, it could wait behind an alone test that waits for the very test that started it."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv(machine_share.LOCK_DIR_VARIABLE, str(tmp_path))
+    item = SimpleNamespace(config=SimpleNamespace(), get_closest_marker=lambda name: None)  # no workerinput
+    ran = threading.Event()
+
+    def session_test() -> None:
+        with machine_share.holding_the_machine(item, None):
+            ran.set()
+
+    with (tmp_path / "turnstile.lock").open("a") as turnstile:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)  # another worker's alone test, queued for the machine
+        threading.Thread(target=session_test, daemon=True).start()
+        assert ran.wait(timeout=10), "the nested session queued for the lock"
