@@ -40,6 +40,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def more_inputs(values: list[object], *keep: object) -> list[object]:
+    """``values`` as pytest parameters (a tuple is one parameter per name), each not in ``keep``
+    marked ``more_inputs``: the same code path on a further input. The main suite runs them all;
+    .ci/run's second pass, under the newest Triton release, leaves them out (it looks for a release
+    that breaks a kernel, which one input per path shows, in a fraction of the time)."""
+    return [value if value in keep else pytest.param(*value if isinstance(value, tuple) else (value,),
+                                                     marks=pytest.mark.more_inputs) for value in values]
+
+
+def every_case(cases: list[str]) -> list[object]:
+    """Input cases as parameters (:func:`more_inputs`), ``mixed`` kept: a batch drawn from the others."""
+    return more_inputs(cases, "mixed")
+
+
 def qr_v2_benchmarks() -> list[object]:
     """The contest's benchmark cases as pytest parameters, named by their labels."""
     return [pytest.param(case, id=case.label.replace(" ", "-")) for case in resolve_shapes("qr_v2").benchmarks]

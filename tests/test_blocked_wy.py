@@ -35,7 +35,7 @@ from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
 from reference_kernels.blocked_wy.qr import _factor_in_place, ieee_fp32  # noqa: E402
 from reference_kernels.blocked_wy.source import SourceAt  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
-from tests.conftest import qr_v2_benchmarks  # noqa: E402
+from tests.conftest import every_case, more_inputs, qr_v2_benchmarks  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20
@@ -57,7 +57,7 @@ def _factor_and_check(a: torch.Tensor, **plan: object) -> tuple[torch.Tensor, to
     return out
 
 
-@pytest.mark.parametrize("case", ALL_CASES)
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
 @pytest.mark.parametrize("n", [1, 2, 7, 16, 33, 64])
 def test_whole_matrix_path(case: str, n: int) -> None:
     _factor_and_check(generate_input(2, n, 2, 1000 + n, case).to(DEVICE))
@@ -74,13 +74,13 @@ BLOCKED_PLANS = [
 ]
 
 
-@pytest.mark.parametrize("case", ALL_CASES)
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
 @pytest.mark.parametrize(("n", "plan"), BLOCKED_PLANS, ids=["panels", "leaves", "cublas-tf32x3", "mixed"])
 def test_blocked_path(case: str, n: int, plan: dict[str, object]) -> None:
     _factor_and_check(generate_input(2, n, 2, 2000 + n, case).to(DEVICE), whole_max=0, **plan)
 
 
-@pytest.mark.parametrize("case", ["band", "rowscale", "mixed"])
+@pytest.mark.parametrize("case", every_case(["band", "rowscale", "mixed"]))
 def test_triton_products_merge_leaves(case: str) -> None:
     """Two leaves per panel through leaf_step (T merge included) and the split-TF32 trailing update
     (the interpreter multiplies in FP32 whatever the precision; the GPU tests cover tf32x3 itself)."""
@@ -88,7 +88,7 @@ def test_triton_products_merge_leaves(case: str) -> None:
     _factor_and_check(generate_input(2, 48, 2, 3000, case).to(DEVICE), whole_max=0, **plan)
 
 
-@pytest.mark.parametrize("case", ["dense", "rowscale", "mixed"])
+@pytest.mark.parametrize("case", every_case(["dense", "rowscale", "mixed"]))
 def test_projection_split_over_rows(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small batches split the trailing update's projection over row parts (partial sums, T applied
     by the subtract kernel); parts of 8 rows make it happen at n = 48."""
@@ -115,7 +115,7 @@ def test_update_tiles(tiles: products.UpdateTiles) -> None:
     _factor_and_check(generate_input(2, 45, 2, 3200, "rowscale").to(DEVICE), plan=plan)
 
 
-@pytest.mark.parametrize("case", ALL_CASES)
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
 def test_fused_update(case: str) -> None:
     """The one-launch split-TF32 update on every case type: ragged row blocks in both of its loops
     (n = 45 in blocks of 32), the first update reading the input, the rest in place."""
@@ -230,7 +230,7 @@ def test_a_column_is_left_out_only_within_the_bound(size: float) -> None:
 
 
 @pytest.mark.parametrize("plan", TRIM_PLANS, ids=["nb16", "nb32"])
-@pytest.mark.parametrize("case", ["rankdef", "clustered", "dense", "mixed"])
+@pytest.mark.parametrize("case", more_inputs(["rankdef", "clustered", "dense", "mixed"], "rankdef"))
 def test_a_trimmed_factorisation(case: str, plan: Plan) -> None:
     """Each matrix's kept columns come out bit for bit as the whole factorisation gives them (a
     column's factorisation reads no column after it), the rest zero with tau = 0; rankdef's
@@ -344,7 +344,7 @@ def test_gpu_form_of_the_column_reduction(monkeypatch: pytest.MonkeyPatch) -> No
         torch.testing.assert_close(_factor_and_check(a, **plan), reference, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["dense", "rankdef", "mixed"])
+@pytest.mark.parametrize("case", every_case(["dense", "rankdef", "mixed"]))
 @pytest.mark.parametrize("one_reduction", [False, True], ids=["three-reductions", "one-reduction"])
 def test_earlier_column_steps(case: str, one_reduction: bool) -> None:
     """The panel kernel's earlier column steps on tall panels (top_tile=False), kept for the GPU
@@ -354,7 +354,7 @@ def test_earlier_column_steps(case: str, one_reduction: bool) -> None:
     _factor_and_check(a, nb=16, leaf=4, whole_max=0, one_reduction=one_reduction, top_tile=False)
 
 
-@pytest.mark.parametrize("case", ALL_CASES)
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
 @pytest.mark.parametrize("n", [2, 7, 33])
 def test_two_column_step(case: str, n: int) -> None:
     """Columns in pairs (one reduction per pair, odd n ending on a single column) on whole

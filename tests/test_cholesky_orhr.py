@@ -41,7 +41,7 @@ from reference_kernels.cholesky_orhr.orhr import orhr  # noqa: E402
 from reference_kernels.cholesky_orhr.pipeline import SecondPass  # noqa: E402
 from reference_kernels.cholesky_orhr.products import gram_upper, left_triangular, right_triangular  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
-from tests.conftest import qr_v2_benchmarks  # noqa: E402
+from tests.conftest import every_case, qr_v2_benchmarks  # noqa: E402
 
 # The submodule, for monkeypatching: the package attribute ``qr`` is the function.
 qr_module = importlib.import_module("reference_kernels.cholesky_orhr.qr")
@@ -65,7 +65,7 @@ def _check(a: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor]) -> None:
 # ---- every case type, through the recursive paths ------------------------------------------------
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", every_case(sorted(CASES)))
 def test_every_case_passes(case: str) -> None:
     a = generate_input(2, 33, 2, 4100 + sorted(CASES).index(case), case)
     _check(a, qr(a, PLAN16))
@@ -77,7 +77,7 @@ def test_tiny_sizes(n: int, case: str) -> None:
     _check(a, qr(a))
 
 
-@pytest.mark.parametrize("case", ["dense", "mixed", "nearcollinear", "rowscale"])
+@pytest.mark.parametrize("case", every_case(["dense", "mixed", "nearcollinear", "rowscale"]))
 def test_whole_matrix_path(case: str) -> None:
     """n <= 32 tries the one-kernel path first (what it declines takes the usual routes)."""
     a = generate_input(3, 32, 2, 4250, case)

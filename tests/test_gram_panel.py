@@ -22,7 +22,7 @@ from evaluator.shapes import Case
 from reference import CASES, generate_input, verdict
 from reference_kernels.blocked_wy import Plan, default_plan, qr
 from reference_kernels.blocked_wy.gram_panel import gram_panel
-from tests.conftest import qr_v2_benchmarks
+from tests.conftest import every_case, more_inputs, qr_v2_benchmarks
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 RESIDUAL_LIMIT = 4.0  # five times under the contest's gate of 20, as in test_blocked_wy
@@ -89,7 +89,8 @@ def _assert_factors(a: torch.Tensor, plan: Plan) -> None:
 PANELS = [(2, 150, 32), (3, 300, 32), (1, 32, 32), (2, 70, 16), (1, 100, 21), (2, 140, 64), (1, 90, 45)]
 
 
-@pytest.mark.parametrize(("batch", "m", "w"), PANELS, ids=[f"{b}x{m}x{w}" for b, m, w in PANELS])
+@pytest.mark.parametrize(("batch", "m", "w"), more_inputs(PANELS, (2, 150, 32), (1, 90, 45)),
+                         ids=[f"{b}x{m}x{w}" for b, m, w in PANELS])
 @pytest.mark.parametrize("route", ["gram", "gram-pairs", "fallback"])
 def test_a_panel_gets_lapacks_reflectors(batch: int, m: int, w: int, route: str) -> None:
     """Every route gives geqrf's H and tau (same signs and scalars) on well-conditioned panels,
@@ -180,7 +181,7 @@ GRAM_PLANS = {
 
 
 @pytest.mark.parametrize("plan", GRAM_PLANS.values(), ids=GRAM_PLANS.keys())
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", every_case(sorted(CASES)))
 def test_gram_panels_factor_every_case(case: str, plan: Plan) -> None:
     """Whole factorisations on gram panels, every case type (n = 80: a ragged last panel of 16),
     pass the contest's checker with the reference kernels' margin."""
@@ -188,7 +189,7 @@ def test_gram_panels_factor_every_case(case: str, plan: Plan) -> None:
     _assert_factors(a, plan)
 
 
-@pytest.mark.parametrize("case", ["dense", "mixed"])
+@pytest.mark.parametrize("case", every_case(["dense", "mixed"]))
 def test_gram_panels_with_a_narrow_last_leaf_and_unaligned_rows(case: str) -> None:
     """n = 37 in panels of 16: rows 37 floats apart (no 16-byte alignment) and a last panel of 5
     columns in 16-wide tiles."""
