@@ -1,4 +1,33 @@
 """Loads qrbench's pytest plugin in a plain checkout; once qrbench is installed, pytest has
-already loaded it under this same name through the ``pytest11`` entry point, and this is a no-op."""
+already loaded it under this same name through the ``pytest11`` entry point, and this is a no-op.
+
+No process of a test session writes Python bytecode. Hardened stages fail any file that appears or
+changes in the project's trees while they run (rule sandbox, evaluator/hardening/sandbox/snapshot.py),
+and under pytest-xdist another worker's first import of a module, or a command it starts, would
+write that module's ``.pyc`` there mid-stage and fail an honest run. So the session compiles the
+project's modules once before any worker starts (:func:`pytest_configure`), and every process after
+that (workers, their commands, pytest's assertion rewriting) only reads bytecode.
+"""
+
+import compileall
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # inherited by xdist's workers and every command a test runs
+sys.dont_write_bytecode = True
 
 pytest_plugins = ["evaluator.pytest_plugin"]
+
+# The project's importable trees outside tests/ (pytest rewrites and compiles the test modules itself).
+COMPILED_TREES = ("evaluator", "reference", "reference_kernels", "contestants", "benchmarks")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled before starting it
+        return
+    root = Path(__file__).parent
+    for tree in COMPILED_TREES:
+        compileall.compile_dir(root / tree, quiet=2)

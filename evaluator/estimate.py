@@ -52,7 +52,7 @@ from evaluator.protocol import (
     seeded,
     test_case,
 )
-from evaluator.results import CaseResult
+from evaluator.results import CaseResult, StageResult
 from evaluator.runner import RunOptions, StagePlan, clock_sampler, plan_stages, run_stage, spare_count
 from evaluator.shapes import Case, ShapeSet, Timing
 from evaluator.workers import SpareWorkers
@@ -468,6 +468,16 @@ def _parent_setup_s(options: RunOptions, shapes: ShapeSet) -> float:
     return time.perf_counter() - start
 
 
+def _pilot_notes(stage: StageResult) -> list[str]:
+    """Why the pilot's stage did not pass, if it did not: the predictions then rest on the cases it
+    timed before it stopped (none, where its first case failed)."""
+    if stage.passed:
+        return []
+    failed = next((c for c in stage.cases if c.status != "pass"), None)
+    why = stage.reason or (f"{failed.case.label}: {failed.message}" if failed is not None else "")
+    return [f"the pilot's stage ended {stage.status}: {why}"]
+
+
 def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOptions,
                  repeats: int = PILOT_REPEATS, on_progress: Any = None,
                  max_repeats: int = PILOT_MAX_REPEATS) -> Estimate:
@@ -493,7 +503,7 @@ def estimate_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: R
         stage, _ = run_stage(contestant, StagePlan("pilot", Mode.BENCHMARK, options.seed), shapes, hardened,
                              on_progress=on_progress, cases_of=source)
     pilot_wall_s = time.perf_counter() - start
-    notes = [f"the pilot's stage ended {stage.status}: {stage.reason}"] if stage.status not in ("pass", "fail") else []
+    notes = _pilot_notes(stage)
     reload_s = _first_calls_over_later(log.test_walls, scratch.compile_cache_state() != caches_before, notes)
     pilots = log.pilots
     published: dict[tuple[int, int], float] = {}

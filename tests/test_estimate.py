@@ -37,6 +37,9 @@ from evaluator.workers import IMPORT_WAIT_S
 TINY_SHAPES = Path(__file__).parent / "shapes_tiny.yaml"
 
 
+# A test that runs a real pilot times its cases and starts spare workers beside it, so it needs the
+# machine to itself under pytest-xdist (tests/machine_share.py).
+real_pilot = pytest.mark.alone
 QUIET = (1.0,)
 NOISY = tuple(1.0 + 0.05 * (-1) ** i for i in range(10))  # a 5% spread
 
@@ -90,16 +93,31 @@ def test_a_large_repeat_cap_is_played_a_block_at_a_time() -> None:
     assert n in (120_000, 120_001)
 
 
+@real_pilot
+def test_a_failing_pilot_says_why() -> None:
+    """A kernel that fails its first case leaves the estimate nothing to time: the note names the
+    case and the checker's message, so an empty table is never the whole answer."""
+    wrong = Path(__file__).parent / "contestants" / "zeros.py"
+    est = estimate_run(resolve_contestant(str(wrong)), "benchmark", resolve_shapes(TINY_SHAPES),
+                       RunOptions(device="cpu"), repeats=3)
+    assert est.cases == ()
+    assert len(est.notes) == 1
+    assert est.notes[0].startswith("the pilot's stage ended fail: ")
+    assert "R - Q.T @ A is too large" in est.notes[0]
+
+
 def test_the_prediction_is_the_same_for_the_same_pilot() -> None:
     spread = (1.02, 0.99, 1.0, 0.98, 1.01, 1.0, 1.0, 0.995, 1.005)
     first = predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, 0.001)
     assert predict_repeats(ContestRule(budget_s=30.0), 1000, 1e6, spread, 0.001) == first
 
 
+@real_pilot
 def test_estimate_predicts_every_stage_of_a_leaderboard_run() -> None:
     shapes = resolve_shapes(TINY_SHAPES)
     est = estimate_run(resolve_contestant("geqrf"), "leaderboard", shapes, RunOptions(device="cpu"), repeats=3)
     assert [s.name for s in est.stages] == ["test", "benchmark", "ranked", "ranked-secret"]
+    assert not est.notes, est.notes
     assert [p.case for p in est.cases] == list(shapes.benchmarks)
     assert all(p.call_s > 0 and p.repeat_s > 0 and p.published_check_s > 0 for p in est.cases)
     assert all(s.wall_s > 0 and s.repeats >= 0 for s in est.stages)
@@ -136,6 +154,7 @@ def test_every_stage_pays_the_pilot_stages_plumbing() -> None:
     assert fixed_costs(breakdown, 1, spares=False, outside_s=3.7) == [(3.75, 3.5)]
 
 
+@real_pilot
 def test_a_slow_stage_outside_its_cases_slows_every_predicted_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stage's plumbing made a second slower (its environment's fingerprint): every predicted
     stage, the later ones whose workers are spares included, pays that second, in both protocols."""
@@ -156,6 +175,7 @@ def test_the_parents_one_off_loads_are_timed(monkeypatch: pytest.MonkeyPatch) ->
     assert _parent_setup_s(RunOptions(device="cpu"), resolve_shapes(TINY_SHAPES)) >= 0.2
 
 
+@real_pilot
 @pytest.mark.parametrize(("mode", "spares"), [("leaderboard", 3), ("benchmark", 0)])
 def test_the_pilot_starts_the_spares_the_run_starts(monkeypatch: pytest.MonkeyPatch, mode: str,
                                                     spares: int) -> None:
@@ -174,6 +194,7 @@ def test_the_pilot_starts_the_spares_the_run_starts(monkeypatch: pytest.MonkeyPa
     assert counts == [spares]
 
 
+@real_pilot
 def test_the_pilot_times_no_case_before_the_spares_have_started(monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's second stage times its first case once the spares' imports are done: so does
     the pilot, its test cases first, then the wait, then its timed passes."""
@@ -211,6 +232,7 @@ def _slow_first_calls(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> None:
     monkeypatch.setattr(estimate, "test_case", test_case)
 
 
+@real_pilot
 def test_the_pilots_first_calls_over_its_second_go_to_every_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     _slow_first_calls(monkeypatch, 0.3)
     shapes = resolve_shapes(TINY_SHAPES)
@@ -220,6 +242,7 @@ def test_the_pilots_first_calls_over_its_second_go_to_every_stage(monkeypatch: p
     assert f"pays {est.reload_s:.1f} s" in render_estimate(est)
 
 
+@real_pilot
 def test_a_pilot_that_compiled_predicts_no_loading_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     _slow_first_calls(monkeypatch, 0.1)
     states = iter([frozenset(), frozenset({("kernel.cubin", 1, 1)})])
@@ -231,6 +254,7 @@ def test_a_pilot_that_compiled_predicts_no_loading_and_says_so(monkeypatch: pyte
     assert "first calls, which every stage pays again, not measured" in render_estimate(est)
 
 
+@real_pilot
 def test_contest_noise_comes_from_a_same_inputs_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each benchmark case is piloted twice: hardened with fresh inputs and rechecks (qrbench's
     repeats), then the contest's way, the same inputs in every repeat, each repeat checked before
@@ -301,6 +325,7 @@ def test_a_case_too_short_for_the_rules_wall_time_is_sampled_further() -> None:
     assert more_repeats(STEADY_NS, _elapsed(0.001), 10) == 190
 
 
+@real_pilot
 def test_the_pilot_samples_noisy_cheap_cases_further_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
     """Made-up repeats: case 0 noisy at 40 ms a repeat, case 1 steady, case 2 noisy at 0.5 s a
     repeat. Only case 0 gets a second pass, fresh inputs and same inputs alike, and its spreads
