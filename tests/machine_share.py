@@ -2,8 +2,8 @@
 
 Most of the suite is arithmetic and runs side by side in ``pytest -n auto``. Some tests cannot share
 the machine: they change the project tree on purpose (an exploit planting bytecode, which a hardened
-run elsewhere then rightly refuses), judge the host's clocks or load, or count processes. Their
-modules carry the ``alone`` marker, and every test takes a lock shared between the workers around
+run elsewhere then rightly refuses), judge the host's clocks or load, or count processes. They (or
+their modules) carry the ``alone`` marker, and every test takes a lock shared between the workers around
 its whole protocol (setup, call, teardown, so module fixtures too): ``alone`` tests, and ``gpu``
 tests (one device for every worker), take it exclusively, the others shared. A turnstile taken
 first keeps new shared holders out while an exclusive one waits, so it is not starved. Under ``-n``
