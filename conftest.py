@@ -12,22 +12,20 @@ that (workers, their commands, pytest's assertion rewriting) only reads bytecode
 import compileall
 import os
 import sys
-from pathlib import Path
 
 import pytest
+
+from evaluator.hardening.sandbox.snapshot import project_paths
 
 os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # inherited by xdist's workers and every command a test runs
 sys.dont_write_bytecode = True
 
 pytest_plugins = ["evaluator.pytest_plugin"]
 
-# The project's importable trees outside tests/ (pytest rewrites and compiles the test modules itself).
-COMPILED_TREES = ("evaluator", "reference", "reference_kernels", "contestants", "benchmarks")
-
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled before starting it
         return
-    root = Path(__file__).parent
-    for tree in COMPILED_TREES:
-        compileall.compile_dir(root / tree, quiet=2)
+    for tree in project_paths():  # the trees the snapshot watches; pytest rewrites the test modules itself
+        if tree.name != "tests":
+            compileall.compile_dir(tree, quiet=2)
