@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evaluator.cli import main
 from evaluator.contestant import resolve_contestant
@@ -17,7 +18,8 @@ from evaluator.shapes import load_shapes
 pytestmark = pytest.mark.alone  # hangs and crashes judged against time limits (tests/machine_share.py)
 
 FIXTURES = Path(__file__).parent / "contestants"
-TINY = load_shapes(Path(__file__).parent / "shapes_tiny.yaml")
+TINY_FILE = Path(__file__).parent / "shapes_tiny.yaml"
+TINY = load_shapes(TINY_FILE)
 CPU = RunOptions(device="cpu")
 
 
@@ -111,8 +113,14 @@ def test_load_failure_is_the_contestants_error() -> None:
 @pytest.mark.slow
 def test_other_contestants_results_survive_a_crash(capsys, tmp_path: Path) -> None:
     out_json = tmp_path / "r.json"
+    # The hang waits out its stage's limit: 10 s here (the tiny file's 20 halved, as the hang test above
+    # has it), which the passing contestants' test stages stay far under.
+    shapes = tmp_path / "tiny.yaml"
+    tiny = yaml.safe_load(TINY_FILE.read_text())
+    tiny["timeouts_s"]["test"] = 10
+    shapes.write_text(yaml.safe_dump(tiny))
     code = main(["test", "geqrf", str(FIXTURES / "segfault.py"), str(FIXTURES / "hangs.py"),
-                 str(FIXTURES / "contest_format"), "--shapes", str(Path(__file__).parent / "shapes_tiny.yaml"),
+                 str(FIXTURES / "contest_format"), "--shapes", str(shapes),
                  "--device", "cpu", "--json", str(out_json)])
     capsys.readouterr()
     assert code == 112
