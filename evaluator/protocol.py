@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from evaluator.delivery import snapshot
+from evaluator.delivery import joined, snapshot
 from evaluator.execution import Executor, Handed, KernelError, Returned
 from evaluator.hardening import guards
 from evaluator.hardening.guards import Hardening, PhysicalFloor
@@ -258,8 +258,8 @@ def _checked_together(h: Harness, pristines: Sequence[torch.Tensor], outputs: Se
     contest's for the first failing output.
     """
     if len(outputs) > 1 and _batchable(pristines, outputs):
-        stacked = (torch.cat([o[0] for o in outputs]), torch.cat([o[1] for o in outputs]))  # type: ignore[index]
-        if h.check(torch.cat(list(pristines)), stacked, reconstruction=False).passed:
+        stacked = (joined([o[0] for o in outputs]), joined([o[1] for o in outputs]))  # type: ignore[index]
+        if h.check(joined(pristines), stacked, reconstruction=False).passed:
             return ""
     for pristine, output in zip(pristines, outputs, strict=True):
         message = _checked(h, pristine, output, fresh_rule)
@@ -331,8 +331,11 @@ def _tensor_pairs(live: object, snapshot: object) -> list[tuple[torch.Tensor, to
 
 
 def _settled_pairs(returned: Sequence[Returned], snapshots: Sequence[object]) -> tuple[Tensors, Tensors]:
-    """Every output tensor of a repeat and its copy taken at the report, as two lists."""
-    pairs = [p for r, snap in zip(returned, snapshots, strict=True) for p in _tensor_pairs(r.output, snap)]
+    """Every output tensor of a repeat and its copy taken at the report, as two lists, by position
+    in the output (every H, then every tau: the order of the copies' buffer, :func:`snapshot_all`)."""
+    per_output = [_tensor_pairs(r.output, snap) for r, snap in zip(returned, snapshots, strict=True)]
+    width = max(map(len, per_output), default=0)
+    pairs = [found[position] for position in range(width) for found in per_output if position < len(found)]
     return [v for v, _ in pairs], [s for _, s in pairs]
 
 
@@ -347,7 +350,7 @@ def _all_equal(left: Sequence[torch.Tensor], right: Sequence[torch.Tensor]) -> b
     kinds = {(t.dtype, t.device) for t in (*left, *right)}
     if len(kinds) != 1 or any(a.shape != b.shape for a, b in zip(left, right, strict=True)):
         return False
-    return torch.equal(torch.cat([t.reshape(-1) for t in left]), torch.cat([t.reshape(-1) for t in right]))
+    return torch.equal(joined([t.reshape(-1) for t in left]), joined([t.reshape(-1) for t in right]))
 
 
 def _settled(live: object, snapshot: object) -> str:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from evaluator.delivery import received, snapshot
+from evaluator.delivery import received, snapshot_all
 from evaluator.execution import Handed, KernelError, Profile, Returned, WorkerGone
 from evaluator.handover import HandoverArena
 from evaluator.hardening.channel import ChannelError, Reader
@@ -430,8 +430,8 @@ class RemoteExecutor:
         if not isinstance(forms, list) or len(forms) != len(binding.outputs):
             raise WorkerGone("fail", rule_message("result-channel", "a repeat reported the wrong number of outputs"))
         returned = [self._returned(f, out) for f, out in zip(forms, binding.outputs, strict=True)]
-        for r in returned:
-            r.snapshot = snapshot(r.output)
+        for r, copy in zip(returned, snapshot_all([r.output for r in returned]), strict=True):
+            r.snapshot = copy
         synchronize()
         return returned
 
