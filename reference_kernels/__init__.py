@@ -6,3 +6,7 @@
 Each exposes ``qr(A) -> (H, tau)`` with ``torch.geqrf`` semantics; ``contestants/<name>/`` wraps
 it as a submission.
 """
+
+from reference_kernels.interpreter import install as _lighter_interpreter
+
+_lighter_interpreter()  # a no-op unless TRITON_INTERPRET=1 on triton 3.6 (interpreter.py says why)
