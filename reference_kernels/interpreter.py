@@ -10,9 +10,11 @@ under cProfile, triton 3.6.0). :func:`install` lets a helper call inside a launc
 launch's patch when the helper sees the same language modules; the arithmetic is untouched, and
 the launch's own patch is still made, and restored when it returns, exactly as before.
 
-Private names relied on, triton 3.6 only (checked against its source; other versions are left
-alone, and run as slowly as before): ``triton.runtime.interpreter._patch_lang``, which the
-launch and the helper calls look up in their module at each call, and ``GridExecutor.__call__``.
+Private names relied on, in the triton releases of ``VERIFIED`` (3.6, the README's pin, and 3.9,
+the newest when this was written, checked against their source and by tests/test_interpreter.py
+in CI under each; other releases are left alone, and run as slowly as before):
+``triton.runtime.interpreter._patch_lang``, which the launch and the helper calls look up in their
+module at each call, ``_LangPatchScope``, and ``GridExecutor.__call__``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 
 import triton
 
-__all__ = ["install"]
+__all__ = ["VERIFIED", "install"]
+
+VERIFIED = ("3.6.", "3.9.")  # release prefixes whose interpreter this was checked against
 
 _INSTALLED = "_qrbench_reuses_the_launchs_patch"
 
@@ -39,8 +43,8 @@ def _languages(fn: Callable[..., Any]) -> frozenset[int]:
 
 def install() -> bool:
     """Make helper calls inside an interpreted launch reuse the launch's patch of the language.
-    Does nothing (False) unless the interpreter is on and this is triton 3.6; True once installed."""
-    if os.environ.get("TRITON_INTERPRET") != "1" or not triton.__version__.startswith("3.6."):
+    Does nothing (False) unless the interpreter is on under a ``VERIFIED`` triton; True once installed."""
+    if os.environ.get("TRITON_INTERPRET") != "1" or not triton.__version__.startswith(VERIFIED):
         return False
     from triton.runtime import interpreter
 
