@@ -9,4 +9,4 @@ it as a submission.
 
 from reference_kernels.interpreter import install as _lighter_interpreter
 
-_lighter_interpreter()  # a no-op unless TRITON_INTERPRET=1 on triton 3.6 (interpreter.py says why)
+_lighter_interpreter()  # a no-op unless TRITON_INTERPRET=1 under a triton it was checked against (interpreter.py)

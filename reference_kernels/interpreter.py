@@ -3,16 +3,16 @@
 Under ``TRITON_INTERPRET=1`` a launch patches ``triton.language`` for the interpreter and keeps it
 patched until it returns (``GridExecutor.__call__``). Every call of a ``@triton.jit`` helper
 from inside the running kernel patches the same modules again (``InterpretedFunction.__call__``
-calls ``_patch_lang``: ``inspect.getmembers`` over four modules, about 1.6 ms on the development
-machine). The reference kernels' column steps are built of such helpers, several calls a column,
-so the re-patching was 46% of an interpreted blocked_wy call on an 8 x 48 batch (5.7 of 12.4 s
-under cProfile, triton 3.6.0). :func:`install` lets a helper call inside a launch reuse the
-launch's patch when the helper sees the same language modules; the arithmetic is untouched, and
-the launch's own patch is still made, and restored when it returns, exactly as before.
+calls ``_patch_lang``, an ``inspect.getmembers`` over four modules). The reference kernels'
+column steps are built of such helpers, several calls a column, so the re-patching was about half
+of an interpreted call (docs/reports.md, "CI regression report", session 53). :func:`install` lets
+a helper call inside a launch reuse the launch's patch when the helper sees the same language
+modules; the arithmetic is untouched, and the launch's own patch is still made, and restored when
+it returns, exactly as before.
 
-Private names relied on, in the triton releases of ``VERIFIED`` (3.6, the README's pin, and 3.9,
-the newest when this was written, checked against their source and by tests/test_interpreter.py
-in CI under each; other releases are left alone, and run as slowly as before):
+Private names relied on, in the triton releases of ``VERIFIED`` (checked against their source, and
+by tests/test_interpreter.py in CI under each; other releases are left alone, and run as slowly
+as before):
 ``triton.runtime.interpreter._patch_lang``, which the launch and the helper calls look up in their
 module at each call, ``_LangPatchScope``, and ``GridExecutor.__call__``.
 """
@@ -26,11 +26,11 @@ from typing import Any
 
 import triton
 
-__all__ = ["VERIFIED", "install"]
+__all__ = ["INSTALLED_MARK", "VERIFIED", "install"]
 
 VERIFIED = ("3.6.", "3.9.")  # release prefixes whose interpreter this was checked against
 
-_INSTALLED = "_qrbench_reuses_the_launchs_patch"
+INSTALLED_MARK = "_qrbench_reuses_the_launchs_patch"  # set on the installed _patch_lang
 
 
 def _languages(fn: Callable[..., Any]) -> frozenset[int]:
@@ -49,7 +49,7 @@ def install() -> bool:
     from triton.runtime import interpreter
 
     patch_lang = interpreter._patch_lang
-    if getattr(patch_lang, _INSTALLED, False):
+    if getattr(patch_lang, INSTALLED_MARK, False):
         return True
     run_grid = interpreter.GridExecutor.__call__
     patched: set[int] = set()  # the languages the running launch has patched (empty between launches)
@@ -69,7 +69,7 @@ def install() -> bool:
         finally:
             patched.clear()  # the launch restored the language: the next one patches it anew
 
-    setattr(reusing_patch_lang, _INSTALLED, True)
+    setattr(reusing_patch_lang, INSTALLED_MARK, True)
     interpreter._patch_lang = reusing_patch_lang
     interpreter.GridExecutor.__call__ = grid_call
     return True

@@ -20,7 +20,7 @@ import triton.language as tl
 from reference import generate_input
 from reference_kernels import cholesky_orhr
 from reference_kernels.blocked_wy import Plan, qr
-from reference_kernels.interpreter import VERIFIED, install
+from reference_kernels.interpreter import INSTALLED_MARK, VERIFIED, install
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's own shortcut")
 
@@ -60,7 +60,7 @@ def test_the_kernels_give_the_same_bits_as_the_plain_interpreter(tmp_path: Path)
     plain = tmp_path / "plain.pt"
     code = f"""
         import triton.runtime.interpreter as interpreter
-        setattr(interpreter._patch_lang, "_qrbench_reuses_the_launchs_patch", True)
+        setattr(interpreter._patch_lang, {INSTALLED_MARK!r}, True)
         import torch
         from tests.test_interpreter import _factors
         assert interpreter._patch_lang.__name__ == "_patch_lang"
