@@ -220,6 +220,36 @@ def test_tmp_is_emptied_per_stage_and_caches_are_kept(tmp_path: Path) -> None:
 
 
 
+def test_two_runs_of_one_contestant_keep_their_own_tmp(tmp_path: Path) -> None:
+    """Two evaluator processes on one contestant at once (pytest-xdist makes them): a stage's
+    reset empties only its own process's tmp/, and removes those of processes that are gone."""
+    mine = Scratch.for_contestant("ef" * 32, root=tmp_path)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        other = Scratch(mine.path, owner=alive.pid)
+        other.tmp.mkdir()
+        (other.tmp / "in-use").write_text("x")
+        gone = Scratch(mine.path, owner=_a_dead_pid())
+        gone.tmp.mkdir()
+        (gone.tmp / "left").write_text("x")
+        (mine.tmp / "left").write_text("x")
+        mine.reset_tmp()
+        assert list(mine.tmp.iterdir()) == []
+        assert (other.tmp / "in-use").exists()
+        assert not gone.tmp.exists()
+        assert worker_env({}, mine)["TMPDIR"] == str(mine.tmp)
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def _a_dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    return int(done.stdout)
+
+
 def test_the_compile_caches_state_changes_when_something_compiles(tmp_path: Path) -> None:
     """--estimate tells a pilot that compiled from one that loaded from the caches: a file
     written or rewritten in a compile cache changes the state; temporary files do not, nor does

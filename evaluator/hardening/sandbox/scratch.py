@@ -2,7 +2,8 @@
 points every cache and temporary directory an honest kernel touches into it.
 
 Layout under ``$XDG_CACHE_HOME/qrbench/scratch/<sha256[:16]>`` (``~/.cache`` by default):
-``tmp/`` (``TMPDIR``, emptied before each stage), ``home/`` (``HOME``: whatever writes to ``~``
+``tmp/<pid>/`` (``TMPDIR``, one per evaluator process, emptied before each stage: two runs of one
+contestant at once, as pytest-xdist makes them, never empty each other's), ``home/`` (``HOME``: whatever writes to ``~``
 lands here, not in a home other contestants' workers and the evaluator read), and compile caches
 kept between runs so a kernel recompiles only once: ``triton/`` (``TRITON_CACHE_DIR``,
 ``TRITON_HOME``), ``inductor/`` (``TORCHINDUCTOR_CACHE_DIR``), ``torch_extensions/``
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Scratch", "parent_cache", "scratch_root", "worker_env"]
@@ -47,6 +48,7 @@ class Scratch:
     """One contestant's scratch directory (see the module docstring for its layout)."""
 
     path: Path
+    owner: int = field(default_factory=os.getpid)  # the evaluator process whose tmp/ this is
 
     @classmethod
     def for_contestant(cls, sha256: str, root: Path | None = None) -> Scratch:
@@ -56,11 +58,12 @@ class Scratch:
         scratch = cls((scratch_root() if root is None else root).resolve() / sha256[:16])
         for name in _CACHE_DIRS:
             (scratch.path / name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        scratch.tmp.mkdir(mode=0o700, exist_ok=True)
         return scratch
 
     @property
     def tmp(self) -> Path:
-        return self.path / "tmp"
+        return self.path / "tmp" / str(self.owner)
 
     def compile_cache_state(self) -> frozenset[tuple[str, int, int]]:
         """Every file of the compile caches as (path, size, mtime): two states differ when
@@ -79,15 +82,19 @@ class Scratch:
         return frozenset(files)
 
     def reset_tmp(self) -> None:
-        """Empty ``tmp/`` (before each stage, so no stage finds what an earlier one left)."""
+        """Empty this process's ``tmp/`` (before each stage, so no stage finds what an earlier one
+        left), and remove those of evaluator processes that are gone."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        for other in (self.path / "tmp").iterdir():
+            if other != self.tmp and not _running(other.name):
+                shutil.rmtree(other, ignore_errors=True)
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def env(self) -> dict[str, str]:
         """The variables that point caches, temporary files and ``~`` into this directory."""
         path = self.path
         return {
-            "TMPDIR": str(path / "tmp"),
+            "TMPDIR": str(self.tmp),
             "HOME": str(path / "home"),
             "XDG_CACHE_HOME": str(path / "home" / ".cache"),
             "TRITON_HOME": str(path / "triton"),
@@ -97,6 +104,19 @@ class Scratch:
             "CUDA_CACHE_PATH": str(path / "cuda"),
             "MPLCONFIGDIR": str(path / "home" / ".config" / "matplotlib"),
         }
+
+
+def _running(name: str) -> bool:
+    """Whether ``name`` (a ``tmp/`` entry) is the pid of a live process; anything else is left over."""
+    if not name.isdigit():
+        return False
+    try:
+        os.kill(int(name), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def worker_env(base: Mapping[str, str], scratch: Scratch) -> dict[str, str]:
