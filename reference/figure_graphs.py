@@ -73,6 +73,8 @@ class FigureGraphs:
                 self._seen.add(key)
                 return fast_figures(a, h, tau, reconstruction)
             captured = self._capture(a, h, tau, reconstruction)
+            if captured is None:  # the device refused the capture: every check is eager from now on
+                return fast_figures(a, h, tau, reconstruction)
             self._captured[key] = captured
             while len(self._captured) > self.capacity:
                 self._captured.popitem(last=False)
@@ -90,10 +92,11 @@ class FigureGraphs:
                 and a.numel() <= self.max_elements
                 and not torch.cuda.is_current_stream_capturing())
 
-    @staticmethod
-    def _capture(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> _Captured:
+    def _capture(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> _Captured | None:
         """Warm the launches up on a side stream (library handles, workspaces, loaded kernels), as
-        torch's graph documentation asks, then capture them reading static copies of the inputs."""
+        torch's graph documentation asks, then capture them reading static copies of the inputs.
+        Only this thread's calls are held to the capture's rules (another thread of the caller's
+        may use the device meanwhile); a capture the device refuses leaves the shape eager."""
         static_a, static_h, static_tau = (x.clone() for x in (a, h, tau))  # same layouts where dense
         side = torch.cuda.Stream(a.device)
         side.wait_stream(torch.cuda.current_stream(a.device))
@@ -101,6 +104,10 @@ class FigureGraphs:
             fast_figures(static_a, static_h, static_tau, reconstruction)
         torch.cuda.current_stream(a.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            figures = fast_figures(static_a, static_h, static_tau, reconstruction)
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                figures = fast_figures(static_a, static_h, static_tau, reconstruction)
+        except RuntimeError:
+            self.max_elements = -1  # nothing is captured from now on
+            return None
         return _Captured(graph, static_a, static_h, static_tau, figures)

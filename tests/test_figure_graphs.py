@@ -72,3 +72,16 @@ def test_layouts_and_large_batches_are_kept_apart() -> None:
     for _ in range(3):
         assert torch.equal(graphs(*big, False), fast_figures(*big, False))
     assert graphs.captured == 1
+
+
+@pytest.mark.gpu
+def test_a_refused_capture_leaves_every_check_eager(monkeypatch) -> None:
+    def refused(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", refused)
+    graphs = FigureGraphs()
+    a, h, tau = _factored(100, 32, 11, "cuda")
+    for _ in range(3):
+        assert torch.equal(graphs(a, h, tau, False), fast_figures(a, h, tau, False))
+    assert graphs.captured == 0
