@@ -233,10 +233,12 @@ def test_two_runs_of_one_contestant_keep_their_own_tmp(tmp_path: Path) -> None:
         gone.tmp.mkdir()
         (gone.tmp / "left").write_text("x")
         (mine.tmp / "left").write_text("x")
+        (mine.tmp.parent / "from-the-shared-tmp").write_text("x")  # tmp/ as it was before it was per process
         mine.reset_tmp()
         assert list(mine.tmp.iterdir()) == []
         assert (other.tmp / "in-use").exists()
         assert not gone.tmp.exists()
+        assert not (mine.tmp.parent / "from-the-shared-tmp").exists()
         assert worker_env({}, mine)["TMPDIR"] == str(mine.tmp)
     finally:
         alive.kill()

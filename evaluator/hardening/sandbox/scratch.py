@@ -85,10 +85,14 @@ class Scratch:
         """Empty this process's ``tmp/`` (before each stage, so no stage finds what an earlier one
         left), and remove those of evaluator processes that are gone."""
         shutil.rmtree(self.tmp, ignore_errors=True)
-        for other in (self.path / "tmp").iterdir():
-            if other != self.tmp and not _running(other.name):
-                shutil.rmtree(other, ignore_errors=True)
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for other in self.tmp.parent.iterdir():  # also what tmp/ held before it was per process
+            if other == self.tmp or _running(other.name):
+                continue
+            if other.is_dir() and not other.is_symlink():
+                shutil.rmtree(other, ignore_errors=True)
+            else:
+                other.unlink(missing_ok=True)
 
     def env(self) -> dict[str, str]:
         """The variables that point caches, temporary files and ``~`` into this directory."""
