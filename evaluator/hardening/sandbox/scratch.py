@@ -3,11 +3,12 @@ points every cache and temporary directory an honest kernel touches into it.
 
 Layout under ``$XDG_CACHE_HOME/qrbench/scratch/<sha256[:16]>`` (``~/.cache`` by default):
 ``tmp/<pid>/`` (``TMPDIR``, one per evaluator process, emptied before each stage: two runs of one
-contestant at once, as pytest-xdist makes them, never empty each other's), ``home/`` (``HOME``: whatever writes to ``~``
-lands here, not in a home other contestants' workers and the evaluator read), and compile caches
-kept between runs so a kernel recompiles only once: ``triton/`` (``TRITON_CACHE_DIR``,
-``TRITON_HOME``), ``inductor/`` (``TORCHINDUCTOR_CACHE_DIR``), ``torch_extensions/``
-(``load_inline``), ``cuda/`` (``CUDA_CACHE_PATH``, the driver's PTX JIT cache). Caches are per
+contestant at once, as pytest-xdist makes them, never empty each other's), ``home/`` (``HOME``:
+whatever writes to ``~`` lands here, not in a home other contestants' workers and the evaluator
+read), and compile caches kept between runs so a kernel recompiles only once: ``triton/``
+(``TRITON_CACHE_DIR``, ``TRITON_HOME``), ``inductor/`` (``TORCHINDUCTOR_CACHE_DIR``),
+``torch_extensions/`` (``load_inline``), ``cuda/`` (``CUDA_CACHE_PATH``, the driver's PTX JIT
+cache). Caches are per
 contestant, so a kernel can poison only its own. The evaluator never reads this directory: it
 must stay off the worker's ``sys.path`` and out of ``PYTHONPYCACHEPREFIX`` (which is why
 :func:`worker_env` drops that variable and sets ``PYTHONSAFEPATH``: ``python -m`` would
@@ -119,7 +120,7 @@ def _running(name: str) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
-        return True
+        pass
     return True
 
 
