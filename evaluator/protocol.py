@@ -33,6 +33,7 @@ from evaluator.modes import Mode
 from evaluator.results import CaseResult
 from evaluator.shapes import Case, ShapeSet, Timing
 from reference.checker import QMethod, Verdict, verdict
+from reference.figure_graphs import FigureGraphs
 from reference.inputs import CASES, default_device, generate_input
 
 __all__ = [
@@ -105,6 +106,7 @@ class Harness:
     def __post_init__(self) -> None:
         self.worst: dict[str, float] = {}
         self.clocks = RepeatLog(self.sampler, self.discard_throttled)
+        self.figure_graphs = FigureGraphs()
 
     def check(self, a: torch.Tensor, output: object, reconstruction: bool = True) -> Verdict:
         """Check one output; passing checks also raise ``worst`` (the largest scaled residuals
@@ -112,7 +114,7 @@ class Harness:
         case's checks pass ``reconstruction=False``: it reports the gates' residuals only, so
         the fast checker need not compute ``QR - A`` (same verdict, :func:`reference.checker.verdict`)."""
         with self.ledger.timing("check"):
-            v = verdict(a, output, self.q_method, reconstruction)
+            v = verdict(a, output, self.q_method, reconstruction, self.figure_graphs)
         if v.passed:
             for key in _WORST_KEYS:
                 self.worst[key] = max(self.worst.get(key, 0.0), float(v.diagnostics[key]))

@@ -17,7 +17,7 @@ materialised from ``(H, tau)``:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ __all__ = [
     "Verdict",
     "check",
     "check_implementation",
+    "fast_figures",
     "prepare",
     "verdict",
 ]
@@ -309,8 +310,30 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
         _PREPARED.add((device, n))
 
 
+def fast_figures(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> torch.Tensor:
+    """The fast path's figures for a batch, queued on its device and not waited for: the worst
+    scaled factor, orthogonality, triangular and (``reconstruction``, else 0) reconstruction
+    residuals, then the sums of H and tau (their finiteness, see :func:`_finite`).
+
+    Shapes alone decide which launches it queues, so a CUDA graph of it replays for any content
+    (:mod:`reference.figure_graphs`).
+    """
+    n = a.shape[-1]
+    a_norms, factor, triangular, orth, recon = _fast_residuals(a, h, tau, reconstruction)
+    eps_n = _EPS32 * max(n, 1)
+    factor_scaled = factor / (eps_n * a_norms.clamp_min(1e-30))
+    a_scale = a_norms.amax().clamp_min(1e-30)
+    recon_scaled = recon.amax() / (eps_n * a_scale) if recon is not None else torch.zeros_like(a_scale)
+    return torch.stack((factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
+                        recon_scaled, h.sum().double(), tau.sum().double()))
+
+
+FigureSource = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+
 def _fast_clear_pass(
-    a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool = True
+    a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool = True,
+    figures_of: FigureSource = fast_figures,
 ) -> Verdict | None:
     """The gates with a blocked Q and float64 products, for a pass with room to spare.
 
@@ -318,17 +341,11 @@ def _fast_clear_pass(
     scaled residual is under half its gate, else None: failures, near-gate passes and anything
     non-finite go to the published path, which gives the contest's verdict and message. Without
     ``reconstruction`` the ``QR - A`` residual, which no gate reads, is neither computed nor
-    reported. Everything is queued before the one wait for its figures: H's finiteness (a sum,
-    see :func:`_finite`) is asked with the rest, not before it.
+    reported. ``figures_of`` computes :func:`fast_figures` (or replays it); everything is queued
+    before the one wait for its figures: H's finiteness is asked with the rest, not before it.
     """
     batch, n, _ = a.shape
-    a_norms, factor, triangular, orth, recon = _fast_residuals(a, h, tau, reconstruction)
-    eps_n = _EPS32 * max(n, 1)
-    factor_scaled = factor / (eps_n * a_norms.clamp_min(1e-30))
-    a_scale = a_norms.amax().clamp_min(1e-30)
-    recon_scaled = recon.amax() / (eps_n * a_scale) if recon is not None else torch.zeros_like(a_scale)
-    figures = torch.stack((factor_scaled.amax(), orth.amax() / eps_n, triangular.amax() / (eps_n * a_scale),
-                           recon_scaled, h.sum().double(), tau.sum().double()))
+    figures = figures_of(a, h, tau, reconstruction)
     worst_factor, orth_scaled, tri_scaled, recon_figure, *sums = figures.tolist()  # the one wait
     if not (all(map(math.isfinite, (worst_factor, orth_scaled, tri_scaled, recon_figure, *sums)))
             and worst_factor < _AUTO_TRUST * FACTOR_RTOL_FACTOR and orth_scaled < _AUTO_TRUST * ORTH_RTOL_FACTOR):
@@ -338,7 +355,7 @@ def _fast_clear_pass(
         "orth_rtol": _rtol(n, ORTH_RTOL_FACTOR),
         "scaled_factor_residual": worst_factor,
     }
-    if recon is not None:
+    if reconstruction:
         diagnostics["scaled_reconstruction_residual"] = recon_figure
     diagnostics |= {
         "scaled_triangular_residual": tri_scaled,
@@ -349,14 +366,17 @@ def _fast_clear_pass(
     return Verdict(True, _pass_message(diagnostics), diagnostics)
 
 
-def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto", reconstruction: bool = True) -> Verdict:
+def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto", reconstruction: bool = True,
+            figures_of: FigureSource = fast_figures) -> Verdict:
     """Check a kernel's ``output`` for input ``a`` (see the module docstring for ``q_method``).
 
     ``reconstruction=False`` lets the fast path skip ``QR - A``, a diagnostic no gate reads (the
     evaluator's timed repeats report only the gates' residuals): the verdict is the same (once Q
     has passed the orthogonality gate, ``|Q| <= ~1`` and float64 products of it with a finite
     float32 R cannot overflow, so the published path's "Q @ R contains NaN or Inf" cannot fire),
-    and a pass from the fast path then leaves that figure out of its diagnostics.
+    and a pass from the fast path then leaves that figure out of its diagnostics. ``figures_of``:
+    what computes the fast path's figures, :func:`fast_figures` or a replay of it
+    (:class:`reference.figure_graphs.FigureGraphs`, for a caller checking one shape many times).
     """
     if q_method not in ("auto", "fast", "published", "blocked"):
         raise ValueError(f"q_method must be 'auto', 'fast', 'published' or 'blocked', got {q_method!r}")
@@ -371,7 +391,7 @@ def verdict(a: torch.Tensor, output: object, q_method: QMethod = "auto", reconst
     h, tau = output
     tensors = (("H", h, (batch, n, n)), ("tau", tau, (batch, n)))
     if q_method == "fast" and all(_form_problem(*tensor, a.device) is None for tensor in tensors):
-        cleared = _fast_clear_pass(a, h, tau, reconstruction=reconstruction)
+        cleared = _fast_clear_pass(a, h, tau, reconstruction, figures_of)
         if cleared is not None:
             return cleared
     # The contest's order: each tensor's form, then its finiteness, then the gates.

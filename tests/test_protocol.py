@@ -35,6 +35,8 @@ from evaluator.measure.timing import CpuClockTimer, Measurement
 from evaluator.protocol import BenchSettings, Harness, benchmark_case
 from evaluator.protocol import test_case as run_test_case
 from evaluator.shapes import Case, Timing
+from reference.checker import fast_figures
+from reference.figure_graphs import FigureGraphs
 from reference.inputs import generate_input
 
 T = TypeVar("T")
@@ -539,13 +541,17 @@ def test_all_equal_decides_a_repeat_at_once_and_falls_back_on_any_doubt() -> Non
 
 def test_timed_checks_leave_out_the_reconstruction_residual_and_tests_keep_it(monkeypatch) -> None:
     """A timed case reports only the gates' residuals, so its checks (the correctness pass and
-    every repeat's) skip QR - A; a test case reports every figure, so its check computes it."""
+    every repeat's) skip QR - A; a test case reports every figure, so its check computes it.
+    Every check goes through the harness's graphs of the fast path's figures."""
     asked: list[bool] = []
+    sources: list[object] = []
     real = protocol.verdict
 
-    def spy(a: torch.Tensor, output: object, q_method: str = "auto", reconstruction: bool = True):
+    def spy(a: torch.Tensor, output: object, q_method: str = "auto", reconstruction: bool = True,
+            figures_of=fast_figures):
         asked.append(reconstruction)
-        return real(a, output, q_method, reconstruction)
+        sources.append(figures_of)
+        return real(a, output, q_method, reconstruction, figures_of)
 
     monkeypatch.setattr(protocol, "verdict", spy)
     assert _bench(Recorder(), timing=TWO_INPUTS, repeats=3, clock=fake_clock(0.04)).passed
@@ -555,3 +561,5 @@ def test_timed_checks_leave_out_the_reconstruction_residual_and_tests_keep_it(mo
     result = run_test_case(_harness(Recorder()), 0, CASE)
     assert asked == [True]
     assert "scaled_reconstruction_residual" in result.diagnostics
+    assert sources
+    assert all(isinstance(s, FigureGraphs) for s in sources)

@@ -1,0 +1,113 @@
+"""The fast checker's device work replayed from CUDA graphs, for a caller checking one shape often.
+
+A fast check of small matrices is launch-bound: at 20x32 an evaluator's timed repeat checks its 50
+outputs as one batch of 1000 32x32 matrices, about 80 launches (Q's blocks, T's doubling rounds,
+the residual kernels, the reductions) for a few microseconds of arithmetic each. The launches
+depend only on the batch's shape (:func:`reference.checker.fast_figures`), so after the second
+check of a shape its figures are captured once as a CUDA graph and replayed: the inputs are copied
+into the graph's buffers, one replay queues the rest. The kernels are the same ones with the same
+operands, so the figures, and the verdicts, are those of the eager path.
+
+Only batches of at most ``max_elements`` floats a tensor are captured: above that the arithmetic,
+not the launches, sets the time, and a graph would hold its intermediates' memory for nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from reference.checker import fast_figures
+
+__all__ = ["MAX_ELEMENTS", "FigureGraphs"]
+
+# 2^21 floats a tensor (8 MiB): room for the 1000x32 batch of a 20x32 repeat (a million floats);
+# a 40x176 repeat's 520 matrices (16 M floats) keep the GPU busy for milliseconds anyway.
+MAX_ELEMENTS = 1 << 21
+
+_Key = tuple[torch.device, torch.Size, tuple[tuple[int, ...], ...], bool]
+
+
+@dataclass(frozen=True)
+class _Captured:
+    """One shape's graph and the static tensors it reads and writes."""
+
+    graph: torch.cuda.CUDAGraph
+    a: torch.Tensor
+    h: torch.Tensor
+    tau: torch.Tensor
+    figures: torch.Tensor
+
+
+class FigureGraphs:
+    """A ``figures_of`` for :func:`reference.checker.verdict` that replays captured graphs.
+
+    A shape's first check runs eagerly (a test stage checks most shapes once, and a capture costs
+    more than one eager check); its second captures the graph, which every later check replays.
+    At most ``capacity`` graphs are kept, the least recently used dropped first, so a run over
+    many shapes holds only a few graphs' memory.
+    """
+
+    def __init__(self, max_elements: int = MAX_ELEMENTS, capacity: int = 4) -> None:
+        self.max_elements = max_elements
+        self.capacity = capacity
+        self._seen: set[_Key] = set()
+        self._captured: OrderedDict[_Key, _Captured] = OrderedDict()
+
+    @property
+    def captured(self) -> int:
+        """How many graphs are held now."""
+        return len(self._captured)
+
+    def __call__(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> torch.Tensor:
+        if not self._replayable(a, h, tau):
+            return fast_figures(a, h, tau, reconstruction)
+        # The layouts too: cuBLAS may round a transposed operand's product differently, and a
+        # replay must give what the eager path gives for the same tensors.
+        key = (a.device, a.shape, (a.stride(), h.stride(), tau.stride()), reconstruction)
+        captured = self._captured.get(key)
+        if captured is None:
+            if key not in self._seen:
+                self._seen.add(key)
+                return fast_figures(a, h, tau, reconstruction)
+            captured = self._capture(a, h, tau, reconstruction)
+            if captured is None:  # the device refused the capture: every check is eager from now on
+                return fast_figures(a, h, tau, reconstruction)
+            self._captured[key] = captured
+            while len(self._captured) > self.capacity:
+                self._captured.popitem(last=False)
+        self._captured.move_to_end(key)
+        captured.a.copy_(a)
+        captured.h.copy_(h)
+        captured.tau.copy_(tau)
+        captured.graph.replay()
+        return captured.figures
+
+    def _replayable(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> bool:
+        """CUDA float32 batches small enough to be launch-bound, outside any capture of the caller's."""
+        return (a.is_cuda and h.device == a.device and tau.device == a.device
+                and a.dtype == h.dtype == tau.dtype == torch.float32
+                and a.numel() <= self.max_elements
+                and not torch.cuda.is_current_stream_capturing())
+
+    def _capture(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> _Captured | None:
+        """Warm the launches up on a side stream (library handles, workspaces, loaded kernels), as
+        torch's graph documentation asks, then capture them reading static copies of the inputs.
+        Only this thread's calls are held to the capture's rules (another thread of the caller's
+        may use the device meanwhile); a capture the device refuses leaves the shape eager."""
+        static_a, static_h, static_tau = (x.clone() for x in (a, h, tau))  # same layouts where dense
+        side = torch.cuda.Stream(a.device)
+        side.wait_stream(torch.cuda.current_stream(a.device))
+        with torch.cuda.stream(side):
+            fast_figures(static_a, static_h, static_tau, reconstruction)
+        torch.cuda.current_stream(a.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                figures = fast_figures(static_a, static_h, static_tau, reconstruction)
+        except RuntimeError:
+            self.max_elements = -1  # nothing is captured from now on
+            return None
+        return _Captured(graph, static_a, static_h, static_tau, figures)
