@@ -54,6 +54,7 @@ class FigureGraphs:
         self.max_elements = max_elements
         self.capacity = capacity
         self._seen: set[_Key] = set()
+        self._eager: set[_Key] = set()  # layouts a copy would not keep: checked eagerly always
         self._captured: OrderedDict[_Key, _Captured] = OrderedDict()
 
     @property
@@ -69,11 +70,11 @@ class FigureGraphs:
         key = (a.device, a.shape, (a.stride(), h.stride(), tau.stride()), reconstruction)
         captured = self._captured.get(key)
         if captured is None:
-            if key not in self._seen:
+            if key not in self._seen or key in self._eager:
                 self._seen.add(key)
                 return fast_figures(a, h, tau, reconstruction)
-            captured = self._capture(a, h, tau, reconstruction)
-            if captured is None:  # the device refused the capture: every check is eager from now on
+            captured = self._capture(key, a, h, tau, reconstruction)
+            if captured is None:
                 return fast_figures(a, h, tau, reconstruction)
             self._captured[key] = captured
             while len(self._captured) > self.capacity:
@@ -92,12 +93,20 @@ class FigureGraphs:
                 and a.numel() <= self.max_elements
                 and not torch.cuda.is_current_stream_capturing())
 
-    def _capture(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool) -> _Captured | None:
+    def _capture(self, key: _Key, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor,
+                 reconstruction: bool) -> _Captured | None:
         """Warm the launches up on a side stream (library handles, workspaces, loaded kernels), as
         torch's graph documentation asks, then capture them reading static copies of the inputs.
         Only this thread's calls are held to the capture's rules (another thread of the caller's
-        may use the device meanwhile); a capture the device refuses leaves the shape eager."""
-        static_a, static_h, static_tau = (x.clone() for x in (a, h, tau))  # same layouts where dense
+        may use the device meanwhile). None, and the check eager, where the inputs' layout would
+        not survive a copy (that shape stays eager) or the device refuses (every shape does)."""
+        statics = [x.clone() for x in (a, h, tau)]
+        if any(s.stride() != x.stride() for s, x in zip(statics, (a, h, tau), strict=True)):
+            # Not dense (a clone is contiguous then): the graph would read another layout than
+            # the eager path does, so this shape stays eager.
+            self._eager.add(key)
+            return None
+        static_a, static_h, static_tau = statics
         side = torch.cuda.Stream(a.device)
         side.wait_stream(torch.cuda.current_stream(a.device))
         with torch.cuda.stream(side):
@@ -108,6 +117,6 @@ class FigureGraphs:
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 figures = fast_figures(static_a, static_h, static_tau, reconstruction)
         except RuntimeError:
-            self.max_elements = -1  # nothing is captured from now on
+            self.max_elements = -1  # the device refused: nothing is captured from now on
             return None
         return _Captured(graph, static_a, static_h, static_tau, figures)

@@ -85,3 +85,18 @@ def test_a_refused_capture_leaves_every_check_eager(monkeypatch) -> None:
     for _ in range(3):
         assert torch.equal(graphs(a, h, tau, False), fast_figures(a, h, tau, False))
     assert graphs.captured == 0
+
+
+@pytest.mark.gpu
+def test_a_layout_a_copy_would_not_keep_stays_eager() -> None:
+    graphs = FigureGraphs()
+    a, h, tau = _factored(100, 32, 13, "cuda")
+    wide = torch.zeros(100, 32, 64, device="cuda")
+    wide[..., :32] = h
+    strided = wide[..., :32]  # rows 64 floats apart: not dense, so a clone would be contiguous
+    for _ in range(3):
+        assert torch.equal(graphs(a, strided, tau, False), fast_figures(a, strided, tau, False))
+    assert graphs.captured == 0
+    for _ in range(2):
+        graphs(a, h, tau, False)
+    assert graphs.captured == 1  # the dense layout of the same shape is still captured
