@@ -8,11 +8,10 @@ whatever writes to ``~`` lands here, not in a home other contestants' workers an
 read), and compile caches kept between runs so a kernel recompiles only once: ``triton/``
 (``TRITON_CACHE_DIR``, ``TRITON_HOME``), ``inductor/`` (``TORCHINDUCTOR_CACHE_DIR``),
 ``torch_extensions/`` (``load_inline``), ``cuda/`` (``CUDA_CACHE_PATH``, the driver's PTX JIT
-cache). Caches are per
-contestant, so a kernel can poison only its own. The evaluator never reads this directory: it
-must stay off the worker's ``sys.path`` and out of ``PYTHONPYCACHEPREFIX`` (which is why
-:func:`worker_env` drops that variable and sets ``PYTHONSAFEPATH``: ``python -m`` would
-otherwise put the working directory first on ``sys.path``).
+cache). Caches are per contestant, so a kernel can poison only its own. The evaluator never reads
+this directory: it must stay off the worker's ``sys.path`` and out of ``PYTHONPYCACHEPREFIX``
+(which is why :func:`worker_env` drops that variable and sets ``PYTHONSAFEPATH``: ``python -m``
+would otherwise put the working directory first on ``sys.path``).
 """
 
 from __future__ import annotations
