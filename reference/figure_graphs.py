@@ -55,6 +55,7 @@ class FigureGraphs:
         self.capacity = capacity
         self._seen: set[_Key] = set()
         self._eager: set[_Key] = set()  # layouts a copy would not keep: checked eagerly always
+        self._refused = False  # the device refused a capture: nothing is captured from then on
         self._captured: OrderedDict[_Key, _Captured] = OrderedDict()
 
     @property
@@ -87,10 +88,11 @@ class FigureGraphs:
         return captured.figures
 
     def _replayable(self, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> bool:
-        """CUDA float32 batches small enough to be launch-bound, outside any capture of the caller's."""
+        """CUDA float32 batches small enough to be launch-bound, outside any capture of the caller's,
+        once the device has refused none."""
         return (a.is_cuda and h.device == a.device and tau.device == a.device
                 and a.dtype == h.dtype == tau.dtype == torch.float32
-                and a.numel() <= self.max_elements
+                and a.numel() <= self.max_elements and not self._refused
                 and not torch.cuda.is_current_stream_capturing())
 
     def _capture(self, key: _Key, a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor,
@@ -117,6 +119,6 @@ class FigureGraphs:
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 figures = fast_figures(static_a, static_h, static_tau, reconstruction)
         except RuntimeError:
-            self.max_elements = -1  # the device refused: nothing is captured from now on
+            self._refused = True
             return None
         return _Captured(graph, static_a, static_h, static_tau, figures)
