@@ -31,9 +31,14 @@ import reference_kernels.blocked_wy.split_tf32 as split_tf32  # noqa: E402
 import reference_kernels.blocked_wy.tail as tail  # noqa: E402
 from evaluator.shapes import Case  # noqa: E402
 from reference import CASES, generate_input, verdict  # noqa: E402
-from reference_kernels.blocked_wy import Plan, qr  # noqa: E402
-from reference_kernels.blocked_wy.qr import _factor_in_place, ieee_fp32  # noqa: E402
-from reference_kernels.blocked_wy.source import SourceAt  # noqa: E402
+from reference_kernels.blocked_wy import Plan, default_plan, qr  # noqa: E402
+from reference_kernels.blocked_wy.qr import (  # noqa: E402
+    _factor_in_place,
+    graph_operands,
+    ieee_fp32,
+    writes_outputs_at_address,
+)
+from reference_kernels.blocked_wy.source import StorageAt  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
 from tests.conftest import every_case, more_inputs, qr_v2_benchmarks  # noqa: E402
 
@@ -124,27 +129,58 @@ def test_fused_update(case: str) -> None:
     _factor_and_check(generate_input(2, 45, 2, 3300, case).to(DEVICE), plan=plan)
 
 
-@pytest.mark.parametrize(
-    ("n", "plan"),
-    [(48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True))),
-     (37, Plan(nb=16, leaf=4, whole_max=0, inner="triton", update="tf32x3"))],
-    ids=["fused-aligned", "two-launches-unaligned"],
-)
-def test_an_input_read_at_its_address_factors_bit_for_bit_as_the_tensor(n: int, plan: Plan) -> None:
-    """What a graph replay runs when it reads its input in place (``qr._GraphedQR``): the kernels
-    read the input's address from device memory when they run. Otherwise the same launches, so
-    the same bits as reading the tensor itself."""
+AT_ADDRESS_PLANS = [
+    (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True))),
+    (37, Plan(nb=16, leaf=4, whole_max=0, inner="triton", update="tf32x3")),
+    (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True)),
+]
+
+
+@pytest.mark.parametrize(("n", "plan"), AT_ADDRESS_PLANS, ids=["fused-aligned", "two-launches-unaligned", "trimmed"])
+def test_operands_at_their_addresses_factor_bit_for_bit_as_the_tensors(n: int, plan: Plan) -> None:
+    """What a graph replay runs (``qr._GraphedQR``): the kernels read the input's address and, where
+    the plan writes its outputs in place (every plan here), H's and tau's from device memory when
+    they run. Otherwise the same launches, so the same bits as the tensors themselves."""
     a = generate_input(2, n, 2, 3500, "mixed").to(DEVICE)
-    address = torch.tensor([a.data_ptr()], dtype=torch.int64, device=DEVICE)
     outs = []
-    for src in (a, SourceAt.of(address, a)):
+    for where in ("tensors", "input", "all"):
         h, tau = torch.empty_like(a), a.new_empty(2, n)
+        addresses = torch.tensor([a.data_ptr(), h.data_ptr(), tau.data_ptr()], dtype=torch.int64, device=DEVICE)
+        h_at, tau_at, src_at = graph_operands(a, plan, addresses)
+        assert h_at is not None
+        assert tau_at is not None
+        operands = {"tensors": (h, tau, a), "input": (h, tau, src_at), "all": (h_at, tau_at, src_at)}[where]
         with ieee_fp32():
-            _factor_in_place(h, tau, plan, src)
+            _factor_in_place(*operands[:2], plan, operands[2])
         outs.append((h, tau))
-    assert torch.equal(outs[0][0], outs[1][0])
-    assert torch.equal(outs[0][1], outs[1][1])
-    _check(a, outs[1])
+    for h, tau in outs[1:]:
+        assert torch.equal(outs[0][0], h)
+        assert torch.equal(outs[0][1], tau)
+    _check(a, outs[0])
+
+
+def test_views_at_an_address_slice_as_tensors_do() -> None:
+    """A StorageAt's slices have the shape and storage offset of the same tensor's slices."""
+    h = torch.empty(3, 10, 10)
+    at = StorageAt.of(torch.zeros(1, dtype=torch.int64), h)
+    for index in ((slice(None), slice(4, None), slice(4, 8)), (slice(None), slice(None), slice(None, 6)),
+                  (slice(None), slice(2, 12))):
+        view, want = at[index], h[index]
+        assert (view.shape, view.stride(), view.storage_offset()) == (tuple(want.shape), want.stride(),
+                                                                      want.storage_offset())
+    with pytest.raises(ValueError, match="unit-step"):
+        at[:, ::2]
+
+
+def test_which_plans_write_their_outputs_at_an_address() -> None:
+    """Those whose every launch on H and tau is a Triton kernel that takes an address: qr_v2's plans
+    from 176 to 1024; not the cuBLAS update (2048), Gram panels (4096) or cuBLAS leaf products."""
+    for n in (176, 352, 512, 1024):
+        assert writes_outputs_at_address(default_plan(n), n), n
+    for n in (2048, 4096):
+        assert not writes_outputs_at_address(default_plan(n), n), n
+    assert not writes_outputs_at_address(Plan(nb=32, leaf=16, update="tf32x3"), 512)  # cuBLAS leaf products
+    assert writes_outputs_at_address(Plan(nb=32, leaf=16, update="tf32x3", inner="triton"), 512)
 
 
 # ---- trimmed tails: trailing columns too small for the factor gate (tail.py) ----------------------
@@ -537,6 +573,26 @@ def test_a_graph_reading_its_input_in_place_takes_every_input() -> None:
         assert torch.equal(got[0], want[0])
         assert torch.equal(got[1], want[1])
     assert torch.equal(shifted, inputs[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [176, 512, 1024])
+def test_a_graph_writing_its_outputs_in_place_leaves_earlier_outputs_alone(n: int) -> None:
+    """From 176 to 1024 the graph writes each call's H and tau straight into that call's fresh
+    tensors: outputs kept across later calls (and freed ones, whose memory later calls reuse) are
+    bit for bit the eager launches' outputs of their own inputs."""
+    assert writes_outputs_at_address(default_plan(n), n)
+    inputs = [generate_input(3, n, 1, seed, case) for seed, case in ((1, "dense"), (2, "rankdef"), (3, "mixed"))]
+    kept = [qr(a) for a in inputs]
+    for _ in range(3):  # calls whose outputs are freed at once
+        qr(inputs[0])
+    kept.append(qr(inputs[1]))
+    torch.cuda.synchronize()
+    for a, (h, tau) in zip([*inputs, inputs[1]], kept, strict=True):
+        eager_h, eager_tau = qr(a, graph=False)
+        assert torch.equal(h, eager_h)
+        assert torch.equal(tau, eager_tau)
+    assert len({h.data_ptr() for h, _ in kept}) == len(kept)
 
 
 @pytest.mark.gpu

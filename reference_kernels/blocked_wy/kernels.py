@@ -21,7 +21,7 @@ from reference_kernels.blocked_wy.column_steps import (
     two_columns_top,
 )
 from reference_kernels.blocked_wy.launch import INTERPRETED, Launch, launch, pow2_at_least
-from reference_kernels.blocked_wy.source import SourceAt, _base
+from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
 __all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
 
@@ -66,9 +66,13 @@ def _panel_kernel(
     m, widths, col0,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
     ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
-    TRIM: tl.constexpr,
+    TRIM: tl.constexpr, AT_ADDRESS: tl.constexpr,
 ):
+    """AT_ADDRESS: src, dst and tau are int64s holding their storages' addresses (source.py)."""
     pid = tl.program_id(0).to(tl.int64)
+    src = storage(src, AT_ADDRESS)
+    dst = storage(dst, AT_ADDRESS)
+    tau = storage(tau, AT_ADDRESS)
     cols = tl.arange(0, BLOCK_W)
     if TRIM:  # noqa: SIM102 (compile-time branch around a run-time one)
         # A panel wholly past the matrix's width (its first column is column ``col0``) holds zeros
@@ -137,10 +141,11 @@ def _panel_kernel(
         tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
 
 
-def _rows_aligned(*views: torch.Tensor | SourceAt) -> bool:
-    """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores)."""
+def _rows_aligned(*views: torch.Tensor | StorageAt) -> bool:
+    """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores); a
+    :class:`StorageAt`'s storage starts on one by its contract, wherever its address is held."""
     for view in views:  # plain loops: half the host time of nested generators, per launch
-        if _base(view)[0].data_ptr() % 16 or view.storage_offset() % 4:
+        if view.storage_offset() % 4 or (not isinstance(view, StorageAt) and _base(view)[0].data_ptr() % 16):
             return False
         for stride in view.stride()[:-1]:
             if stride % 4:
@@ -149,9 +154,9 @@ def _rows_aligned(*views: torch.Tensor | SourceAt) -> bool:
 
 
 def _panel_launch(
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    tau: torch.Tensor,
+    src: torch.Tensor | StorageAt,
+    dst: torch.Tensor | StorageAt,
+    tau: torch.Tensor | StorageAt,
     wy: tuple[torch.Tensor, torch.Tensor] | None,
     one_reduction: bool,
     top_tile: bool,
@@ -165,6 +170,9 @@ def _panel_launch(
         raise ValueError(f"bad panel shapes: src {tuple(src.shape)}, dst {tuple(dst.shape)}, tau {tuple(tau.shape)}")
     if src.stride() != dst.stride():
         raise ValueError("src and dst must share one layout")
+    at_address = isinstance(dst, StorageAt)
+    if isinstance(src, StorageAt) != at_address or isinstance(tau, StorageAt) != at_address:
+        raise ValueError("src, dst and tau are all tensors or all at an address")
     tile = panel_tile(m, w)
     top_tile = top_tile and m >= 2 * w  # the top tile needs a panel at least twice as tall as wide
     tau_base, tau_off = _base(tau)
@@ -189,15 +197,16 @@ def _panel_launch(
         "TWO_COLUMNS": two_columns and (one_reduction or top_tile),
         "INTERPRETED": INTERPRETED,
         "TRIM": trim is not None,
+        "AT_ADDRESS": at_address,
         "num_warps": _warps(tile, warps),
     }
     return (batch,), args, options
 
 
 def factor_panel(
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    tau: torch.Tensor,
+    src: torch.Tensor | StorageAt,
+    dst: torch.Tensor | StorageAt,
+    tau: torch.Tensor | StorageAt,
     wy: tuple[torch.Tensor, torch.Tensor] | None = None,
     one_reduction: bool = True,
     top_tile: bool = True,
@@ -217,6 +226,8 @@ def factor_panel(
     and top-tile steps) takes the columns in pairs, one block-wide reduction per pair.
     ``trim = (widths, col0)``: the panel's first column is column col0 of its matrix, and the
     programs of matrices whose width (int32 ``widths[b]``, :mod:`.tail`) it reaches only set tau to 0.
+    ``src``, ``dst`` and ``tau`` may all be :class:`.source.StorageAt` (a graph writing its outputs
+    where each call's lie).
     """
     grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns, trim)
     _panel_kernel[grid](*args, **options)

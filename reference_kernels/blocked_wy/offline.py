@@ -23,7 +23,7 @@ import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.source as source
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
 import reference_kernels.blocked_wy.tail as tail
-from reference_kernels.blocked_wy.qr import READS_INPUT_IN_PLACE, Plan, _factor_in_place, qr
+from reference_kernels.blocked_wy.qr import READS_INPUT_IN_PLACE, Plan, _factor_in_place, graph_operands, qr
 
 __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 
@@ -97,16 +97,18 @@ def record_calls(run: Callable[[], object], kernels: Iterable[tuple[ModuleType, 
 
 def record_launches(calls: Iterable[tuple[tuple[int, int], Plan]]) -> dict[str, Launch]:
     """The distinct launches of ``qr`` on (batch, n) shapes with the given plans, eager and, where
-    the plan's graph reads its input in place, as that graph captures them (a trimming plan's
-    scan with them: its widths stay on the device)."""
+    the plan's graph reads its input in place, as that graph captures them (with its outputs at
+    their addresses where it writes them there; a trimming plan's scan with them: its widths stay
+    on the device)."""
 
     def run() -> None:
         for (batch, n), plan in calls:
             a = torch.empty(batch, n, n, device="meta")
             qr(a, plan=plan, graph=False)
             if n > plan.whole_max and plan.update in READS_INPUT_IN_PLACE:
-                address = torch.empty(1, dtype=torch.int64, device="meta")
-                _factor_in_place(torch.empty_like(a), a.new_empty(batch, n), plan, source.SourceAt.of(address, a))
+                h, tau, src = graph_operands(a, plan, torch.empty(3, dtype=torch.int64, device="meta"))
+                _factor_in_place(torch.empty_like(a) if h is None else h, a.new_empty(batch, n) if tau is None else tau,
+                                 plan, src)
 
     return record_calls(run, _KERNELS)
 

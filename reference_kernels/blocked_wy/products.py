@@ -27,7 +27,7 @@ import triton.language as tl
 
 from reference_kernels.blocked_wy.kernels import _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
-from reference_kernels.blocked_wy.source import SourceAt, _base, storage
+from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
 __all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_subtract", "wy_update"]
 
@@ -178,6 +178,7 @@ def _subtract_kernel(
     SPLIT: tl.constexpr,
     ALIGNED: tl.constexpr,
     SRC_AT_ADDRESS: tl.constexpr,
+    DST_AT_ADDRESS: tl.constexpr,
 ):
     """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix; with ``SPLIT``,
     W[:, cols] = T^T (sum of the ``n_parts`` partial V^T C) first."""
@@ -188,7 +189,7 @@ def _subtract_kernel(
     cols = (pid % n_tiles) * BN + tl.arange(0, BN)[None, :]
     ks = tl.arange(0, NB)
     src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
-    dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
+    dst_mat = matrix_start(storage(dst, DST_AT_ADDRESS), dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)
     # V's rows are loaded before W here (not through _subtract_rows, which loads them after):
     # the order the measured plans were compiled with.
@@ -244,6 +245,7 @@ def _fused_update_kernel(
     INTERPRETED: tl.constexpr,
     STAGES: tl.constexpr,
     SRC_AT_ADDRESS: tl.constexpr,
+    DST_AT_ADDRESS: tl.constexpr,
     TRIM: tl.constexpr,
     FROM_SOURCE: tl.constexpr,
 ):
@@ -261,7 +263,7 @@ def _fused_update_kernel(
     pid_b = tl.program_id(1).to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
-    dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
+    dst_mat = matrix_start(storage(dst, DST_AT_ADDRESS), dst_off, pid_b, c_mat_stride, ALIGNED)
     col_ok = cols[None, :] < ncols
     col_read = col_ok
     if TRIM:
@@ -305,10 +307,10 @@ def _fused_update_kernel(
 
 
 def wy_update(
-    c: torch.Tensor,
+    c: torch.Tensor | StorageAt,
     v: torch.Tensor,
     t: torch.Tensor,
-    src: torch.Tensor | SourceAt | None = None,
+    src: torch.Tensor | StorageAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
     trim: tuple[torch.Tensor, int] | None = None,
 ) -> None:
@@ -323,7 +325,7 @@ def wy_update(
     ``trim = (widths, col0)`` (fused tiles only): c's first column is column col0 (a multiple of
     16) of its matrix, and each matrix's columns from its width (int32 ``widths[b]``, a multiple
     of 16, :mod:`.tail`) on are read as zeros; their strips are written as zeros from a source,
-    left alone in place.
+    left alone in place. ``c`` and ``src`` may be :class:`.source.StorageAt`.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -345,14 +347,15 @@ def wy_update(
             *t_args,
             m, ncols, *(trim or (None, 0)),
             NB=nb, PBM=tiles.project_bm, SBM=tiles.subtract_bm, BN=tiles.block_n, ALIGNED=aligned,
-            INTERPRETED=INTERPRETED, STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, SourceAt),
-            TRIM=trim is not None, FROM_SOURCE=from_source and trim is not None, num_warps=_update_warps(tiles, nb),
+            INTERPRETED=INTERPRETED, STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, StorageAt),
+            DST_AT_ADDRESS=isinstance(c, StorageAt), TRIM=trim is not None,
+            FROM_SOURCE=from_source and trim is not None, num_warps=_update_warps(tiles, nb),
         )  # fmt: skip
         return
-    part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(c.device)))
+    part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(v.device)))
     part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
     parts = ceil_div(m, part_rows)
-    work = c.new_empty(batch, parts, nb, ncols)
+    work = v.new_empty(batch, parts, nb, ncols)
     _project_kernel[(strips, batch, parts)](
         src_base, src_off, c.stride(0), c.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
@@ -360,16 +363,16 @@ def wy_update(
         work, work.stride(0),
         m, ncols, part_rows,
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
-        STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, SourceAt), num_warps=_update_warps(tiles, nb),
+        STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, StorageAt), num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
     _subtract(src, c, v, t_args, work, parts, tiles, aligned)
 
 
 def wy_subtract(
-    c: torch.Tensor,
+    c: torch.Tensor | StorageAt,
     v: torch.Tensor,
     w: torch.Tensor,
-    src: torch.Tensor | SourceAt | None = None,
+    src: torch.Tensor | StorageAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
 ) -> None:
     """``c <- s - V W`` at split TF32 with ``s = src`` (default ``c`` itself, in place), W (b x nb x
@@ -385,13 +388,13 @@ def wy_subtract(
 
 
 def _checked_source(
-    c: torch.Tensor,
+    c: torch.Tensor | StorageAt,
     v: torch.Tensor,
-    src: torch.Tensor | SourceAt | None,
+    src: torch.Tensor | StorageAt | None,
     name: str,
     other: torch.Tensor,
     other_shape: tuple[int, ...],
-) -> torch.Tensor | SourceAt:
+) -> torch.Tensor | StorageAt:
     """``src`` (default ``c``), once c, v, src and the other operand (T or W, called ``name``) are
     shaped and laid out as the update's launches take them: V b x m x nb with nb a power of two
     >= 16, c and src one shape and layout, every last dimension of unit stride."""
@@ -411,8 +414,8 @@ def _update_warps(tiles: UpdateTiles, nb: int) -> int:
 
 
 def _subtract(
-    src: torch.Tensor | SourceAt,
-    c: torch.Tensor,
+    src: torch.Tensor | StorageAt,
+    c: torch.Tensor | StorageAt,
     v: torch.Tensor,
     t_args: tuple[object, ...],
     w: torch.Tensor,
@@ -434,7 +437,8 @@ def _subtract(
         w, w.stride(0), parts,
         m, ncols,
         NB=nb, BM=tiles.subtract_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned,
-        SRC_AT_ADDRESS=isinstance(src, SourceAt), num_warps=_update_warps(tiles, nb),
+        SRC_AT_ADDRESS=isinstance(src, StorageAt), DST_AT_ADDRESS=isinstance(c, StorageAt),
+        num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
 
 
@@ -458,6 +462,7 @@ def _leaf_gram_kernel(
     BR: tl.constexpr,
     BL: tl.constexpr,
     BW: tl.constexpr,
+    P_AT_ADDRESS: tl.constexpr,
 ):
     """One part's sum (``part_rows`` rows, BR at a time) of G = V_leaf^T [V_before | 0 | P_after].
 
@@ -469,7 +474,7 @@ def _leaf_gram_kernel(
     ls = tl.arange(0, BL)[None, :]
     cols = tl.arange(0, BW)[None, :]
     v_mat = v + v_off + pid_b * v_mat_stride
-    p_mat = p + p_off + pid_b * p_mat_stride
+    p_mat = storage(p, P_AT_ADDRESS) + p_off + pid_b * p_mat_stride
     g = tl.zeros([BL, BW], dtype=tl.float32)
     first = c0 + pid_r * part_rows
     end = tl.minimum(first + part_rows, m)
@@ -511,6 +516,7 @@ def _leaf_apply_kernel(
     BL: tl.constexpr,
     BW: tl.constexpr,
     MERGE_T: tl.constexpr,
+    P_AT_ADDRESS: tl.constexpr,
 ):
     """Sum G's partials; P[rows, e0:] -= V_leaf (T_leaf^T G[:, e0:]) for one row block; program 0 also
     sets T[:c0, c0:e0] = -T[:c0, :c0] G[:, :c0]^T T_leaf (larft's merge of two reflector blocks)."""
@@ -533,7 +539,7 @@ def _leaf_apply_kernel(
     )
     rows = c0 + pid_r * BR + tl.arange(0, BR)[:, None]
     v_mat = v + v_off + pid_b * v_mat_stride
-    p_mat = p + p_off + pid_b * p_mat_stride
+    p_mat = storage(p, P_AT_ADDRESS) + p_off + pid_b * p_mat_stride
     after = (cols[None, :] >= e0) & (cols[None, :] < w)
     coef = tl.dot(tl.trans(leaf_t), tl.where(after, g, 0.0), input_precision="tf32x3")
     leaf = tl.load(v_mat + rows * v_row_stride + c0 + ls[None, :], mask=(rows < m) & (ls[None, :] < wl), other=0.0)
@@ -554,11 +560,13 @@ def _leaf_apply_kernel(
             tl.store(t_ptrs, merged, mask=(cols[:, None] < c0) & (ls[None, :] < wl))
 
 
-def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0: int, merge_t: bool) -> None:
+def leaf_step(panel: torch.Tensor | StorageAt, v: torch.Tensor, t: torch.Tensor, c0: int, e0: int, merge_t: bool
+              ) -> None:
     """After panel columns [c0, e0) were factored into ``v`` and ``t[:, c0:e0, c0:e0]``: apply those
     reflectors to panel columns >= e0 and, with ``merge_t``, fill ``t[:, :c0, c0:e0]`` so that t is the
     panel's T up to column e0. ``panel`` and ``v`` are b x m x w, ``t`` b x w x w; V must be zero
-    above each reflector's unit diagonal (rows < c0 of the leaf's columns are never read).
+    above each reflector's unit diagonal (rows < c0 of the leaf's columns are never read). ``panel``
+    may be a :class:`.source.StorageAt`.
     """
     batch, m, w = panel.shape
     rows = m - c0
@@ -568,17 +576,19 @@ def leaf_step(panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, c0: int, e0
     # The first launch sums G over at most 16 parts of the rows; every program of the second sums the parts.
     part_rows = ceil_div(ceil_div(rows, 16), block_r) * block_r
     n_parts = ceil_div(rows, part_rows)
-    part = panel.new_empty(batch, n_parts, block_l, block_w)
+    part = v.new_empty(batch, n_parts, block_l, block_w)
     p_base, p_off = _base(panel)
     v_base, v_off = _base(v)
     t_base, t_off = _base(t)
     warps = 4 if block_r * block_w <= 4096 else 8
+    at_address = isinstance(panel, StorageAt)
     common = (p_base, p_off, panel.stride(0), panel.stride(1), v_base, v_off, v.stride(0), v.stride(1))
     _leaf_gram_kernel[(n_parts, batch)](
-        *common, part, part.stride(0), m, c0, e0, w, part_rows, BR=block_r // 2, BL=block_l, BW=block_w, num_warps=4
-    )
+        *common, part, part.stride(0), m, c0, e0, w, part_rows, BR=block_r // 2, BL=block_l, BW=block_w,
+        P_AT_ADDRESS=at_address, num_warps=4,
+    )  # fmt: skip
     blocks = ceil_div(rows, block_r) if e0 < w else 1  # only the T merge (program 0) is left to do
     _leaf_apply_kernel[(blocks, batch)](
         *common, t_base, t_off, t.stride(0), t.stride(1), part, part.stride(0), n_parts, m, c0, e0, w,
-        BR=block_r, BL=block_l, BW=block_w, MERGE_T=merge_t and c0 > 0, num_warps=warps,
+        BR=block_r, BL=block_l, BW=block_w, MERGE_T=merge_t and c0 > 0, P_AT_ADDRESS=at_address, num_warps=warps,
     )  # fmt: skip

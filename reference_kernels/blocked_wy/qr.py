@@ -25,7 +25,7 @@ import torch
 from reference_kernels.blocked_wy.gram_panel import MAX_LEAF, gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
-from reference_kernels.blocked_wy.source import SourceAt, columns, copy_columns
+from reference_kernels.blocked_wy.source import StorageAt, columns, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 from reference_kernels.blocked_wy.tail import kept_widths
 
@@ -36,9 +36,11 @@ __all__ = [
     "Update",
     "clear_graphs",
     "default_plan",
+    "graph_operands",
     "ieee_fp32",
     "qr",
     "require_square_batch",
+    "writes_outputs_at_address",
 ]
 
 Update = Literal["torch", "tf32x3", "cublas-tf32x3", "mixed"]
@@ -218,7 +220,7 @@ def _apply_qt(
     v: torch.Tensor,
     t: torch.Tensor,
     update: Update,
-    src: torch.Tensor | SourceAt | None = None,
+    src: torch.Tensor | StorageAt | None = None,
     tiles: UpdateTiles = DEFAULT_TILES,
     trim: tuple[torch.Tensor, int] | None = None,
 ) -> None:
@@ -254,7 +256,8 @@ def _leaf_width(m: int, plan: Plan) -> int:
 
 
 def _factor_block(
-    panel: torch.Tensor, tau: torch.Tensor, plan: Plan, need_t: bool, trim: tuple[torch.Tensor, int] | None = None
+    panel: torch.Tensor | StorageAt, tau: torch.Tensor | StorageAt, plan: Plan, need_t: bool,
+    trim: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factor a b x m x w panel in place; return its V (b x m x w) and T (b x w x w).
 
@@ -267,9 +270,9 @@ def _factor_block(
     step = _leaf_width(m, plan)
     if trim is not None and step < w:
         raise ValueError(f"a trimmed panel must be one leaf: {m} x {w} takes leaves of {step}")
-    alloc = panel.new_empty if w <= step else panel.new_zeros  # leaves leave blocks above them unwritten
-    v = alloc(batch, m, w)
-    t = alloc(batch, w, w)
+    alloc = torch.empty if w <= step else torch.zeros  # leaves leave blocks above them unwritten
+    v = alloc(batch, m, w, dtype=torch.float32, device=panel.device)
+    t = alloc(batch, w, w, dtype=torch.float32, device=panel.device)
     for c in range(0, w, step):
         e = min(c + step, w)
         v_leaf, t_leaf = v[:, c:, c:e], t[:, c:e, c:e]
@@ -295,10 +298,10 @@ def _factor_block(
 
 
 def _factor_in_place(
-    h: torch.Tensor,
-    tau: torch.Tensor,
+    h: torch.Tensor | StorageAt,
+    tau: torch.Tensor | StorageAt,
     plan: Plan,
-    src: torch.Tensor | SourceAt | None = None,
+    src: torch.Tensor | StorageAt | None = None,
 ) -> None:
     """Blocked QR of the contiguous batch ``h`` in place; ``tau`` (b x n) receives every scalar.
 
@@ -306,8 +309,9 @@ def _factor_in_place(
     of ``TRITON_SUBTRACTION`` read the first trailing block straight from ``src`` (only the first panel's
     columns are copied), which saves a pass over memory; the library updates work in place, so for
     them ``src`` is copied whole first (one contiguous copy: a strided one of the trailing block is
-    slower). A :class:`SourceAt` (a graph's input, read where it lies) needs an update of
-    ``READS_INPUT_IN_PLACE``.
+    slower). A :class:`StorageAt` (a graph's input, read where it lies) needs an update of
+    ``READS_INPUT_IN_PLACE``; ``h`` and ``tau`` as :class:`StorageAt` (a graph's outputs, written
+    where each call's lie) need a plan that :func:`writes_outputs_at_address`.
 
     With ``plan.trim`` (and a ``src``) each matrix's columns from its width (:mod:`.tail`) on are
     read as zeros: they come out zero with tau = 0, and the panels and strips past it are skipped.
@@ -331,40 +335,78 @@ def _factor_in_place(
                       None if widths is None else (widths, j1))
 
 
+def writes_outputs_at_address(plan: Plan, n: int) -> bool:
+    """Whether a graph of ``plan`` for n x n matrices can write each call's H and tau where the call
+    allocated them: every launch that touches them is a Triton kernel that takes a :class:`StorageAt`
+    (the ``tf32x3`` update, panels by the panel kernel, leaves split only by Triton leaf steps; the
+    tallest panel, m = n, takes the narrowest leaves)."""
+    return (plan.update in READS_INPUT_IN_PLACE and plan.panel == "householder"
+            and (plan.inner == "triton" or _leaf_width(n, plan) >= plan.nb))
+
+
+def graph_operands(
+    like: torch.Tensor, plan: Plan, addresses: torch.Tensor
+) -> tuple[StorageAt | None, StorageAt | None, StorageAt]:
+    """What a graph of ``plan`` for batches shaped as ``like`` factors, with ``addresses`` (three
+    int64 on the device) holding where each call's input, H and tau lie: H and tau as
+    :class:`StorageAt` (None where the plan does not :func:`writes_outputs_at_address`: the graph
+    then writes buffers of its own) and the input as one."""
+    batch, n, _ = like.shape
+    src = StorageAt.of(addresses[0:1], like)
+    if not writes_outputs_at_address(plan, n):
+        return None, None, src
+    return StorageAt.of(addresses[1:2], like), StorageAt(addresses[2:3], (batch, n), (n, 1)), src
+
+
 class _GraphedQR:
     """A blocked factorisation captured once for a fixed (shape, device, plan), replayed per call.
 
-    With an update of ``READS_INPUT_IN_PLACE`` the graph reads each call's input where it lies
-    (:mod:`.source`: its address is set before the replay); otherwise the input is copied into the
-    graph's buffer first. The outputs are copied out either way: the caller gets fresh tensors.
+    With an update of ``READS_INPUT_IN_PLACE`` the graph reads each call's input where it lies and,
+    where the plan :func:`writes_outputs_at_address`, writes H and tau straight into each call's
+    fresh outputs (:mod:`.source`: their addresses are set before the replay); otherwise the input is
+    copied into the graph's buffer first and the outputs are copied out of it, so that either way
+    the caller gets fresh tensors. (Fresh outputs come from torch's caching allocator, whose blocks
+    start on 512 bytes: the 16 the kernels need.)
     """
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
-        self.h = torch.zeros_like(like)
-        self.tau = like.new_empty(like.shape[:2])
-        self.address = like.new_empty(1, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
-        src = None if self.address is None else SourceAt.of(self.address, like)
+        self.addresses = like.new_zeros(3, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
+        # One 0-d view per slot, made once: a fill through it is the cheapest way to set one.
+        self._slots = () if self.addresses is None else tuple(self.addresses.unbind())
+        h, tau, src = (None, None, None) if self.addresses is None else graph_operands(like, plan, self.addresses)
+        self.in_place = h is not None
+        if not self.in_place:
+            self.h, self.tau = torch.zeros_like(like), like.new_empty(like.shape[:2])
+            h, tau = self.h, self.tau
         # Warm-up outside the capture, in the caller's order: compiles the Triton kernels, creates
         # cuBLAS handles. torch.cuda.graph synchronises the device, then captures on its own queue.
-        self._take(like)
-        _factor_in_place(self.h, self.tau, plan, src)
+        warm_outputs = self._take(like)
+        _factor_in_place(h, tau, plan, src)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            _factor_in_place(self.h, self.tau, plan, src)
+            _factor_in_place(h, tau, plan, src)
+        del warm_outputs  # the warm-up wrote them: freed only once the capture has synchronised
 
-    def _take(self, a: torch.Tensor) -> None:
-        """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself)."""
-        if self.address is None:
+    def _take(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself) and,
+        where it writes in place, at fresh outputs, which it returns."""
+        if self.addresses is None:
             self.h.copy_(a)
-            return
+            return None
         if a.data_ptr() % 16:
             a = a.clone()  # freed when this returns, but not reused before the replay: same queue
-        self.address.fill_(a.data_ptr())
+        self._slots[0].fill_(a.data_ptr())
+        if not self.in_place:
+            return None
+        h, tau = torch.empty_like(a), a.new_empty(a.shape[:2])
+        self._slots[1].fill_(h.data_ptr())
+        self._slots[2].fill_(tau.data_ptr())
+        return h, tau
 
     def __call__(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self._take(a)
+        outputs = self._take(a)
         self.graph.replay()
-        return self.h.clone(), self.tau.clone()
+        return outputs if outputs is not None else (self.h.clone(), self.tau.clone())
 
 
 _GRAPHS: dict[tuple[tuple[int, ...], torch.device, Plan], _GraphedQR] = {}

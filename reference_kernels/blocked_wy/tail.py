@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div
-from reference_kernels.blocked_wy.source import SourceAt, _base, storage
+from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
 __all__ = ["COLUMNS", "SHARE", "kept_widths", "negligible_ratio"]
 
@@ -106,7 +106,7 @@ def _tail_kernel(a, a_off, widths, n, blocks, ratio, BR: tl.constexpr, BC: tl.co
     tl.store(widths + b, kept)
 
 
-def kept_widths(a: torch.Tensor | SourceAt) -> torch.Tensor:
+def kept_widths(a: torch.Tensor | StorageAt) -> torch.Tensor:
     """The leading columns each matrix of the batch ``a`` (b x n x n float32, contiguous, or a graph's
     input read in place) must have factored: int32, one per matrix, a multiple of ``COLUMNS`` (so
     that the kernels' masks by it cover whole 16-column groups; n or more: every column), on
@@ -116,6 +116,6 @@ def kept_widths(a: torch.Tensor | SourceAt) -> torch.Tensor:
     widths = torch.empty(batch, dtype=torch.int32, device=base.device)
     _tail_kernel[(batch,)](
         base, off, widths, n, ceil_div(n, COLUMNS), negligible_ratio(n),
-        BR=_ROWS, BC=COLUMNS, INTERPRETED=INTERPRETED, AT_ADDRESS=isinstance(a, SourceAt), num_warps=4,
+        BR=_ROWS, BC=COLUMNS, INTERPRETED=INTERPRETED, AT_ADDRESS=isinstance(a, StorageAt), num_warps=4,
     )  # fmt: skip
     return widths
