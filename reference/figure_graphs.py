@@ -24,9 +24,10 @@ from reference.checker import fast_figures
 __all__ = ["MAX_ELEMENTS", "FigureGraphs"]
 
 # 2^21 floats a tensor (8 MiB): room for the 1000x32 batch of a 20x32 repeat (a million floats),
-# whose check a replay cuts from 1.50 to 0.39 ms (reports/h100/2026-12-07-figure-graphs.md). Larger
-# batches, such as a 40x176 repeat's 520 matrices (16 M floats, 2.2 ms eager), have not been
-# replayed and measured; the bound keeps the graphs' intermediates small until they are.
+# whose check a replay cuts from 1.31-2.37 to 0.38-0.42 ms. The next repeats' batches gain nothing:
+# 2000x176 (a 40x176 repeat's 50 outputs) 5.15-5.42 ms eager against 5.29-5.33 replayed, 520x352
+# 5.48-5.54 against 5.61-5.63, each graph holding about 0.5 GiB (H100, two calls of one lease:
+# reports/h100/2026-12-07-blocked_wy-outputs-in-place.md). There the GPU's work outlasts the launches.
 MAX_ELEMENTS = 1 << 21
 
 _Key = tuple[torch.device, torch.Size, tuple[tuple[int, ...], ...], bool]

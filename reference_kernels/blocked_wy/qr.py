@@ -79,9 +79,9 @@ class Plan:
     - ``tiles``: tile shapes and warps of the ``tf32x3`` update's two launches, or of its one fused
       launch (``mixed``: of its subtraction).
     - ``graph``: replay a captured CUDA graph (ignored off CUDA; a caller capturing a graph of its
-      own around ``qr`` passes False), which copies the input into its buffers and the outputs out;
-      without it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the
-      input copy into the first update.
+      own around ``qr`` passes False; :class:`_GraphedQR` says where it reads and writes); without
+      it the launches are issued eagerly and an update of ``TRITON_SUBTRACTION`` folds the input copy
+      into the first update.
     - ``panel``: each leaf factored by the panel kernel, one program per matrix holding the leaf
       in registers (``householder``), or from its Gram matrix, the rows spread over many programs
       (``gram``, :mod:`.gram_panel`: for batches too small to fill the GPU); ``gram`` leaves are
