@@ -25,7 +25,7 @@ import torch
 from reference_kernels.blocked_wy.gram_panel import MAX_LEAF, gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
-from reference_kernels.blocked_wy.source import StorageAt, columns, copy_columns
+from reference_kernels.blocked_wy.source import StorageAt, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
 from reference_kernels.blocked_wy.tail import kept_widths
 
@@ -326,11 +326,11 @@ def _factor_in_place(
     for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
-            copy_columns(h[:, :, :j1], columns(src, 0, j1), widths)
+            copy_columns(h[:, :, :j1], src[:, :, :j1], widths)
         v, t = _factor_block(h[:, j0:, j0:j1], tau[:, j0:j1], plan, need_t=j1 < n,
                              trim=None if widths is None else (widths, j0))
         if j1 < n:
-            first = columns(src, j1) if src is not None and j0 == 0 else None
+            first = src[:, :, j1:] if src is not None and j0 == 0 else None
             _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles,
                       None if widths is None else (widths, j1))
 
@@ -370,10 +370,10 @@ class _GraphedQR:
     """
 
     def __init__(self, like: torch.Tensor, plan: Plan) -> None:
-        self.addresses = like.new_zeros(3, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
+        addresses = like.new_zeros(3, dtype=torch.int64) if plan.update in READS_INPUT_IN_PLACE else None
         # One 0-d view per slot, made once: a fill through it is the cheapest way to set one.
-        self._slots = () if self.addresses is None else tuple(self.addresses.unbind())
-        h, tau, src = (None, None, None) if self.addresses is None else graph_operands(like, plan, self.addresses)
+        self._slots = () if addresses is None else tuple(addresses.unbind())
+        h, tau, src = (None, None, None) if addresses is None else graph_operands(like, plan, addresses)
         self.in_place = h is not None
         if not self.in_place:
             self.h, self.tau = torch.zeros_like(like), like.new_empty(like.shape[:2])
@@ -390,7 +390,7 @@ class _GraphedQR:
     def _take(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Point the graph at ``a`` (a 16-byte aligned copy of it, if it is not aligned itself) and,
         where it writes in place, at fresh outputs, which it returns."""
-        if self.addresses is None:
+        if not self._slots:  # the input is copied into the graph's buffer
             self.h.copy_(a)
             return None
         if a.data_ptr() % 16:

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from reference_kernels.blocked_wy.launch import ceil_div
 
-__all__ = ["StorageAt", "columns", "copy_columns", "storage"]
+__all__ = ["StorageAt", "copy_columns", "storage"]
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,6 @@ def _base(view: torch.Tensor | StorageAt) -> tuple[torch.Tensor, int]:
     if view.storage_offset() == 0:
         return view, 0  # the kernel reads only the address: no new view needed (host time)
     return view.as_strided((1,), (1,), 0), view.storage_offset()
-
-
-def columns(src: torch.Tensor | StorageAt, start: int, stop: int | None = None) -> torch.Tensor | StorageAt:
-    """``src[:, :, start:stop]``, for a tensor or a :class:`StorageAt`."""
-    return src[:, :, start:stop]
 
 
 @triton.jit
