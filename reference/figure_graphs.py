@@ -24,10 +24,9 @@ from reference.checker import fast_figures
 __all__ = ["MAX_ELEMENTS", "FigureGraphs"]
 
 # 2^21 floats a tensor (8 MiB): room for the 1000x32 batch of a 20x32 repeat (a million floats),
-# whose check a replay cuts from 1.31-2.37 to 0.38-0.42 ms. The next repeats' batches gain nothing:
-# 2000x176 (a 40x176 repeat's 50 outputs) 5.15-5.42 ms eager against 5.29-5.33 replayed, 520x352
-# 5.48-5.54 against 5.61-5.63, each graph holding about 0.5 GiB (H100, two calls of one lease:
-# reports/h100/2026-12-07-blocked_wy-outputs-in-place.md). There the GPU's work outlasts the launches.
+# whose check a replay makes several times faster; the next repeats' stacked batches (2000x176,
+# 520x352) are no faster replayed, and each such graph holds about 0.5 GiB
+# (reports/h100/2026-12-07-blocked_wy-outputs-in-place.md, last section).
 MAX_ELEMENTS = 1 << 21
 
 _Key = tuple[torch.device, torch.Size, tuple[tuple[int, ...], ...], bool]
