@@ -68,6 +68,23 @@ def test_whole_matrix_path(case: str, n: int) -> None:
     _factor_and_check(generate_input(2, n, 2, 1000 + n, case).to(DEVICE))
 
 
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
+@pytest.mark.parametrize("n", [17, 20, 32, 33, 64])
+def test_whole_matrix_in_halves(case: str, n: int) -> None:
+    """The whole-matrix program in two halves of columns, the left half's block reflector applied
+    to the right half between them: halves of 16 with one to sixteen columns on the right, and
+    halves of 32 (n = 33: one column on the right)."""
+    _factor_and_check(generate_input(2, n, 2, 1000 + n, case).to(DEVICE), halves=True)
+
+
+def test_halves_need_sixteen_columns_each() -> None:
+    """tl.dot takes 16 columns at least: up to n = 16 the whole-matrix program stays in one tile."""
+    assert [n for n in range(1, 130) if kernels.halves_apply(n)] == list(range(17, 130))
+    a = generate_input(2, 16, 2, 16, "dense").to(DEVICE)
+    for unsplit, split in zip(qr(a, halves=False), qr(a, halves=True), strict=True):
+        assert torch.equal(unsplit, split)
+
+
 # Blocked paths on the CPU: three panels of one leaf (cuBLAS-style products); panels of several
 # leaves with a ragged last panel and a row stride that is no multiple of four (the kernels'
 # unaligned variant), through the Triton products; panels whose rank-nb product is split TF32.
@@ -638,4 +655,11 @@ def test_direct_launch_matches_the_jit() -> None:
                 assert torch.equal(h, h_jit)
                 assert torch.equal(tau, tau_jit)
                 _check(a, (h, tau))
-    assert len(launching._COMPILED) == 2
+                halves = kernels.factor_matrices(given, halves=True)
+                launched = kernels._halves_launch(given, torch.empty_like(a), a.new_empty(b, n), True, None, False)
+                grid, args, options = launched
+                kernels._halves_kernel[grid](*args, **options)
+                assert torch.equal(halves[0], args[1])
+                assert torch.equal(halves[1], args[4])
+                _check(a, halves)
+    assert len(launching._COMPILED) == 4

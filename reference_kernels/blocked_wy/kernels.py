@@ -23,7 +23,7 @@ from reference_kernels.blocked_wy.column_steps import (
 from reference_kernels.blocked_wy.launch import INTERPRETED, Launch, launch, pow2_at_least
 from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
-__all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "matrix_start", "panel_tile"]
+__all__ = ["MAX_TILE", "factor_matrices", "factor_panel", "halves_apply", "matrix_start", "panel_tile"]
 
 # Largest tile one program holds: 32768 floats is 64 per thread at 16 warps.
 MAX_TILE = 32768
@@ -53,6 +53,26 @@ def matrix_start(base, off, pid, mat_stride, ALIGNED: tl.constexpr):
     if ALIGNED:
         start = tl.multiple_of(start, 16)
     return start
+
+
+@triton.jit
+def _factor_columns(x, taus, tri, rows, cols, W: tl.constexpr, ONE_REDUCTION: tl.constexpr,
+                    TWO_COLUMNS: tl.constexpr, WRITE_WY: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Columns 0 to W - 1 of the register tile, each (or each pair, ``TWO_COLUMNS``) by its column
+    step; row k of step k is the tile row whose entry of ``rows`` is k, so a caller whose first tile
+    row is row r0 of its matrix passes ``rows - r0``."""
+    if TWO_COLUMNS:
+        for k in range(0, W - 1, 2):
+            x, taus, tri = two_columns(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
+        if W % 2 == 1:
+            x, taus, tri = one_reduction_column(x, taus, tri, W - 1, rows, cols, WRITE_WY, INTERPRETED)
+    else:
+        for k in range(W):
+            if ONE_REDUCTION:
+                x, taus, tri = one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
+            else:
+                x, taus, tri = three_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY)
+    return x, taus, tri
 
 
 # Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
@@ -109,19 +129,11 @@ def _panel_kernel(
             )
         if W % 2 == 1:
             x, top, scales, taus, tri = top_tile_column(x, top, scales, taus, tri, W - 1, rows, cols, WRITE_WY)
-    elif TWO_COLUMNS:
-        for k in range(0, W - 1, 2):
-            x, taus, tri = two_columns(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
-        if W % 2 == 1:
-            x, taus, tri = one_reduction_column(x, taus, tri, W - 1, rows, cols, WRITE_WY, INTERPRETED)
-    else:
+    elif TOP_TILE:
         for k in range(W):
-            if TOP_TILE:
-                x, top, scales, taus, tri = top_tile_column(x, top, scales, taus, tri, k, rows, cols, WRITE_WY)
-            elif ONE_REDUCTION:
-                x, taus, tri = one_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY, INTERPRETED)
-            else:
-                x, taus, tri = three_reduction_column(x, taus, tri, k, rows, cols, WRITE_WY)
+            x, top, scales, taus, tri = top_tile_column(x, top, scales, taus, tri, k, rows, cols, WRITE_WY)
+    else:
+        x, taus, tri = _factor_columns(x, taus, tri, rows, cols, W, ONE_REDUCTION, TWO_COLUMNS, WRITE_WY, INTERPRETED)
 
     if TOP_TILE:
         x = x * scales[None, :]
@@ -139,6 +151,50 @@ def _panel_kernel(
         t_rows = cols[:, None]
         t_mask = (t_rows < W) & (c2 < W)
         tl.store(t + t_off + pid * t_mat_stride + t_rows * t_row_stride + c2, tri, mask=t_mask)
+
+
+@triton.jit
+def _unit_lower(x, r2, c2):
+    """V of a factored tile: its reflectors below the diagonal, ones on it, zeros above."""
+    return tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
+
+
+@triton.jit
+def _halves_kernel(
+    src, dst, mat_stride, row_stride, tau, tau_stride,
+    N: tl.constexpr, BLOCK_M: tl.constexpr, HALF: tl.constexpr, ALIGNED: tl.constexpr, ONE_REDUCTION: tl.constexpr,
+    TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
+):
+    """Householder QR of one whole N x N matrix (HALF < N <= 2 HALF, HALF >= 16) in two register
+    tiles of HALF columns: the left half factored with its T, its block reflector applied to the
+    right half (X2 -= V T^T V^T X2: three ``tl.dot`` at IEEE float32), then the right half factored
+    from row HALF down. Every column step works on a tile half as wide as the whole matrix's, which
+    halves the per-element work that sets a small matrix's time (docs/kernel-log.md §W9, §W26)."""
+    pid = tl.program_id(0).to(tl.int64)
+    src_mat = matrix_start(src, 0, pid, mat_stride, ALIGNED)
+    dst_mat = matrix_start(dst, 0, pid, mat_stride, ALIGNED)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, HALF)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    left = r2 * row_stride + c2
+    left_ok = (r2 < N) & (c2 < HALF)
+    right_ok = (r2 < N) & (c2 < N - HALF)
+    x1 = tl.load(src_mat + left, mask=left_ok, other=0.0)
+    x2 = tl.load(src_mat + HALF + left, mask=right_ok, other=0.0)
+    taus = tl.zeros([HALF], dtype=tl.float32)
+    tri = tl.zeros([HALF, HALF], dtype=tl.float32)
+    x1, taus1, tri = _factor_columns(x1, taus, tri, rows, cols, HALF, ONE_REDUCTION, TWO_COLUMNS, True, INTERPRETED)
+    v = _unit_lower(x1, r2, c2)
+    w = tl.dot(tl.trans(tri), tl.dot(tl.trans(v), x2, input_precision="ieee"), input_precision="ieee")
+    x2 = tl.dot(v, -w, x2, input_precision="ieee")
+    x2, taus2, tri = _factor_columns(x2, taus, tri, rows - HALF, cols, N - HALF, ONE_REDUCTION, TWO_COLUMNS, False,
+                                     INTERPRETED)
+    tl.store(dst_mat + left, x1, mask=left_ok)
+    tl.store(dst_mat + HALF + left, x2, mask=right_ok)
+    tau_row = tau + pid * tau_stride
+    tl.store(tau_row + cols, taus1)
+    tl.store(tau_row + HALF + cols, taus2, mask=cols < N - HALF)
 
 
 def _rows_aligned(*views: torch.Tensor | StorageAt) -> bool:
@@ -233,19 +289,46 @@ def factor_panel(
     _panel_kernel[grid](*args, **options)
 
 
+def halves_apply(n: int) -> bool:
+    """Whether :func:`factor_matrices` with ``halves`` splits n x n matrices: each half of their
+    register tile must be at least 16 columns wide (``tl.dot``)."""
+    return panel_tile(n, n)[1] >= 32
+
+
+def _halves_launch(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, one_reduction: bool, warps: int | None,
+                   two_columns: bool) -> Launch:
+    """The halves kernel's grid, arguments and keyword options for :func:`factor_matrices`."""
+    batch, n, _ = a.shape
+    tile = panel_tile(n, n)
+    args = (a, h, a.stride(0), a.stride(1), tau, tau.stride(0))
+    options = {
+        "N": n, "BLOCK_M": tile[0], "HALF": tile[1] // 2, "ALIGNED": _rows_aligned(a, h),
+        "ONE_REDUCTION": one_reduction, "TWO_COLUMNS": two_columns and one_reduction, "INTERPRETED": INTERPRETED,
+        "num_warps": _warps(tile, warps),
+    }
+    return (batch,), args, options
+
+
 def factor_matrices(
     a: torch.Tensor,
     one_reduction: bool = True,
     warps: int | None = None,
     two_columns: bool = False,
+    halves: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`factor_panel` of the whole n x n matrices of ``a`` (contiguous) into fresh ``(H, tau)``,
     the compiled kernel launched directly after a shape's first call (the small cases are host-bound:
-    the outputs being this call's own allocations, only ``a`` is checked for it)."""
+    the outputs being this call's own allocations, only ``a`` is checked for it). With ``halves``
+    (where :func:`halves_apply`), by :func:`_halves_kernel`: the columns in two halves, one program
+    per matrix all the same."""
     batch, n, _ = a.shape
     h = torch.empty_like(a)
     tau = a.new_empty(batch, n)
     key = (batch, n, one_reduction, warps, two_columns)
-    make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)  # noqa: E731
-    launch(_panel_kernel, make, key, (a, h, tau), fresh=2)
+    if halves and halves_apply(n):
+        make = lambda: _halves_launch(a, h, tau, one_reduction, warps, two_columns)  # noqa: E731
+        launch(_halves_kernel, make, key, (a, h, tau), fresh=2)
+    else:
+        make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)  # noqa: E731
+        launch(_panel_kernel, make, key, (a, h, tau), fresh=2)
     return h, tau

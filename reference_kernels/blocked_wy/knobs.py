@@ -24,6 +24,7 @@ PLAN_AXES: dict[str, tuple[Value, ...]] = {
     "nb": (16, 32, 64, 128, 256),
     "leaf": (4, 8, 16, 32, 64),
     "whole_max": (0, 32, 64, 128),
+    "halves": _ON_OFF,
     "update": UPDATES,
     "inner": ("torch", "triton"),
     "one_reduction": _ON_OFF,

@@ -63,6 +63,8 @@ class Plan:
     - ``leaf``: widest panel slice one program factors; taller panels use narrower leaves so the
       register tile stays within ``MAX_TILE`` floats.
     - ``whole_max``: matrices with n <= whole_max are factored by one program each, unblocked.
+    - ``halves``: that program holds the matrix as two tiles of half its columns, the left half's
+      block reflector applied to the right half between them (``kernels._halves_kernel``; n > 16).
     - ``update``: trailing update by ``torch`` (cuBLAS FP32 products), ``tf32x3`` (two Triton
       launches, ``tl.dot`` at split TF32: FP32-level accuracy on tensor cores), ``cublas-tf32x3``
       (W by cuBLAS FP32, the rank-nb product by one cuBLAS TF32 product of split operands) or
@@ -96,6 +98,7 @@ class Plan:
     nb: int
     leaf: int
     whole_max: int = 128
+    halves: bool = False
     update: Update = "torch"
     inner: Inner = "torch"
     one_reduction: bool = True
@@ -427,8 +430,8 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
 
 # The Plan fields qr's keyword arguments override, in the order of its signature.
 OVERRIDES = (
-    "nb", "leaf", "whole_max", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps", "graph",
-    "trim", "panel",
+    "nb", "leaf", "whole_max", "halves", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps",
+    "graph", "trim", "panel",
 )
 
 
@@ -439,6 +442,7 @@ def qr(
     nb: int | None = None,
     leaf: int | None = None,
     whole_max: int | None = None,
+    halves: bool | None = None,
     update: Update | None = None,
     inner: Inner | None = None,
     one_reduction: bool | None = None,
@@ -458,7 +462,8 @@ def qr(
     require_square_batch(a)
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
-    values = (nb, leaf, whole_max, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph, trim, panel)
+    values = (nb, leaf, whole_max, halves, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph,
+              trim, panel)
     if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
         plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:
@@ -466,7 +471,7 @@ def qr(
 
     a = a.contiguous()
     if n <= plan.whole_max:
-        return factor_matrices(a, plan.one_reduction, plan.panel_warps, plan.two_columns)
+        return factor_matrices(a, plan.one_reduction, plan.panel_warps, plan.two_columns, plan.halves)
     with ieee_fp32():
         if plan.graph and a.is_cuda:
             return _graphed(a, plan)
