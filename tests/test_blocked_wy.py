@@ -77,6 +77,24 @@ def test_whole_matrix_in_halves(case: str, n: int) -> None:
     _factor_and_check(generate_input(2, n, 2, 1000 + n, case).to(DEVICE), halves=True)
 
 
+# Panels in halves: of one leaf under the fused update (their T merged from the halves'), with the
+# top tile asked for (halves override it), leaves of 32 in 64-column panels (leaf steps), ragged
+# right halves (n = 45, 100).
+HALVES_PLANS = [
+    (100, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), two_columns=True,
+               halves=True)),
+    (80, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", halves=True)),
+    (96, Plan(nb=64, leaf=32, whole_max=0, inner="triton", update="tf32x3", halves=True, top_tile=False)),
+    (45, Plan(nb=32, leaf=32, whole_max=0, halves=True, one_reduction=False)),
+]
+
+
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
+@pytest.mark.parametrize(("n", "plan"), HALVES_PLANS, ids=["fused", "top-tile-asked", "leaf-steps", "cublas"])
+def test_panels_in_halves(case: str, n: int, plan: Plan) -> None:
+    _factor_and_check(generate_input(2, n, 2, 1100 + n, case).to(DEVICE), plan=plan)
+
+
 def test_halves_need_sixteen_columns_each() -> None:
     """tl.dot takes 16 columns at least: up to n = 16 the whole-matrix program stays in one tile."""
     assert [n for n in range(1, 130) if kernels.halves_apply(n)] == list(range(17, 130))
@@ -150,10 +168,13 @@ AT_ADDRESS_PLANS = [
     (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True))),
     (37, Plan(nb=16, leaf=4, whole_max=0, inner="triton", update="tf32x3")),
     (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True)),
+    (80, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True,
+              halves=True, two_columns=True)),
 ]
 
 
-@pytest.mark.parametrize(("n", "plan"), AT_ADDRESS_PLANS, ids=["fused-aligned", "two-launches-unaligned", "trimmed"])
+@pytest.mark.parametrize(("n", "plan"), AT_ADDRESS_PLANS,
+                         ids=["fused-aligned", "two-launches-unaligned", "trimmed", "trimmed-halves"])
 def test_operands_at_their_addresses_factor_bit_for_bit_as_the_tensors(n: int, plan: Plan) -> None:
     """What a graph replay runs (``qr._GraphedQR``): the kernels read the input's address and, where
     the plan writes its outputs in place (every plan here), H's and tau's from device memory when
@@ -655,11 +676,10 @@ def test_direct_launch_matches_the_jit() -> None:
                 assert torch.equal(h, h_jit)
                 assert torch.equal(tau, tau_jit)
                 _check(a, (h, tau))
-                halves = kernels.factor_matrices(given, halves=True)
-                launched = kernels._halves_launch(given, torch.empty_like(a), a.new_empty(b, n), True, None, False)
-                grid, args, options = launched
-                kernels._halves_kernel[grid](*args, **options)
-                assert torch.equal(halves[0], args[1])
-                assert torch.equal(halves[1], args[4])
-                _check(a, halves)
+                h, tau = kernels.factor_matrices(given, halves=True)
+                h_jit, tau_jit = torch.empty_like(a), a.new_empty(b, n)
+                kernels.factor_panel(given, h_jit, tau_jit, halves=True)
+                assert torch.equal(h, h_jit)
+                assert torch.equal(tau, tau_jit)
+                _check(a, (h, tau))
     assert len(launching._COMPILED) == 4

@@ -75,6 +75,84 @@ def _factor_columns(x, taus, tri, rows, cols, W: tl.constexpr, ONE_REDUCTION: tl
     return x, taus, tri
 
 
+@triton.jit
+def _unit_lower(x, r2, c2):
+    """V of a factored tile: its reflectors below the diagonal, ones on it, zeros above."""
+    return tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
+
+
+@triton.jit
+def _halves_product(left_mat, right_mat, row_stride, m, right_width, SHIFT: tl.constexpr, HALF: tl.constexpr,
+                    BLOCK_M: tl.constexpr, RB: tl.constexpr):
+    """``V1^T Y`` (HALF x HALF) over the panel's rows, RB at a time from memory: V1 the unit lower part
+    of the stored left half, Y the right half at ``right_mat`` (its first ``right_width`` columns), as
+    it lies or, with ``SHIFT``, as the unit lower part of a factored right half (V2, diagonal at row
+    HALF). Read back in row blocks, not taken from the register tiles: a product over every row of
+    the tiles holds whole operand rows per thread (kilobytes of spills in a tall panel)."""
+    cols = tl.arange(0, HALF)[None, :]
+    acc = tl.zeros([HALF, HALF], dtype=tl.float32)
+    for r0 in range(0, BLOCK_M, RB):
+        rows = r0 + tl.arange(0, RB)[:, None]
+        block = rows * row_stride + cols
+        v1 = _unit_lower(tl.load(left_mat + block, mask=rows < m, other=0.0), rows, cols)
+        y = tl.load(right_mat + block, mask=(rows < m) & (cols < right_width), other=0.0)
+        if SHIFT:
+            y = _unit_lower(y, rows - HALF, cols)
+        acc = tl.dot(tl.trans(v1), y, acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def _factor_halves(src_mat, dst_mat, row_stride, tau_row, v_mat, v_row_stride, t_mat, t_row_stride, m,
+                   W: tl.constexpr, BLOCK_M: tl.constexpr, HALF: tl.constexpr, WRITE_WY: tl.constexpr,
+                   ONE_REDUCTION: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr):
+    """The panel as two register tiles of HALF columns (HALF < W <= 2 HALF, HALF >= 16): the left
+    half factored with its T and stored, its block reflector applied to the right half (X2 -= V1 W,
+    W = T1^T V1^T X2), then the right half factored from row HALF down; with ``WRITE_WY`` the
+    panel's T merged from the halves' (T12 = -T1 V1^T V2 T2). Each column step works on a tile
+    half as wide as the panel's, which halves the per-element work that sets a narrow panel's time
+    (docs/kernel-log.md §W26). Every product is IEEE float32; those over the rows read the stored
+    halves back (:func:`_halves_product`)."""
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, HALF)
+    r2 = rows[:, None]
+    c2 = cols[None, :]
+    left = r2 * row_stride + c2
+    left_ok = (r2 < m) & (c2 < HALF)
+    right_ok = (r2 < m) & (c2 < W - HALF)
+    taus = tl.zeros([HALF], dtype=tl.float32)
+    tri = tl.zeros([HALF, HALF], dtype=tl.float32)
+    x1 = tl.load(src_mat + left, mask=left_ok, other=0.0)
+    x1, taus1, t1 = _factor_columns(x1, taus, tri, rows, cols, HALF, ONE_REDUCTION, TWO_COLUMNS, True, INTERPRETED)
+    tl.store(dst_mat + left, x1, mask=left_ok)
+    tl.debug_barrier()  # the stored left half is read back by every thread
+    rb: tl.constexpr = min(BLOCK_M, 32)
+    projected = _halves_product(dst_mat, src_mat + HALF, row_stride, m, W - HALF, False, HALF, BLOCK_M, rb)
+    w = tl.dot(tl.trans(t1), projected, input_precision="ieee")
+    x2 = tl.load(src_mat + HALF + left, mask=right_ok, other=0.0)
+    x2 = tl.dot(_unit_lower(x1, r2, c2), -w, x2, input_precision="ieee")
+    x2, taus2, t2 = _factor_columns(x2, taus, tri, rows - HALF, cols, W - HALF, ONE_REDUCTION, TWO_COLUMNS, WRITE_WY,
+                                    INTERPRETED)
+    tl.store(dst_mat + HALF + left, x2, mask=right_ok)
+    tl.store(tau_row + cols, taus1)
+    tl.store(tau_row + HALF + cols, taus2, mask=cols < W - HALF)
+    if WRITE_WY:
+        v_tile = r2 * v_row_stride + c2
+        tl.store(v_mat + v_tile, _unit_lower(x1, r2, c2), mask=left_ok)
+        tl.store(v_mat + HALF + v_tile, _unit_lower(x2, r2 - HALF, c2), mask=right_ok)
+        tl.debug_barrier()  # the stored right half is read back by every thread
+        cross = _halves_product(dst_mat, dst_mat + HALF, row_stride, m, W - HALF, True, HALF, BLOCK_M, rb)
+        t12 = -tl.dot(tl.dot(t1, cross, input_precision="ieee"), t2, input_precision="ieee")
+        t_rows = cols[:, None]
+        right_cols = c2 < W - HALF
+        lower_rows = t_rows < W - HALF
+        t_tile = t_rows * t_row_stride + c2
+        tl.store(t_mat + t_tile, t1)
+        tl.store(t_mat + HALF + t_tile, t12, mask=right_cols)
+        tl.store(t_mat + HALF * t_row_stride + t_tile, tl.zeros([HALF, HALF], dtype=tl.float32), mask=lower_rows)
+        tl.store(t_mat + HALF * t_row_stride + HALF + t_tile, t2, mask=lower_rows & right_cols)
+
+
 # Offsets and heights vary per panel: specialising on them (divisibility by 16) would compile a
 # variant per panel position for nothing, since alignment comes from ALIGNED and the row stride.
 @triton.jit(do_not_specialize=["src_off", "dst_off", "tau_off", "v_off", "t_off", "m", "col0"])
@@ -86,9 +164,10 @@ def _panel_kernel(
     m, widths, col0,
     W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
     ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
-    TRIM: tl.constexpr, AT_ADDRESS: tl.constexpr,
+    TRIM: tl.constexpr, AT_ADDRESS: tl.constexpr, HALVES: tl.constexpr,
 ):
-    """AT_ADDRESS: src, dst and tau are int64s holding their storages' addresses (source.py)."""
+    """AT_ADDRESS: src, dst and tau are int64s holding their storages' addresses (source.py).
+    HALVES: the panel in two tiles of BLOCK_W / 2 columns (:func:`_factor_halves`)."""
     pid = tl.program_id(0).to(tl.int64)
     src = storage(src, AT_ADDRESS)
     dst = storage(dst, AT_ADDRESS)
@@ -104,6 +183,15 @@ def _panel_kernel(
     dst_mat = matrix_start(dst, dst_off, pid, mat_stride, ALIGNED)
     if WRITE_WY:  # without it the V and T arguments are None (constexprs): fewer to pass per launch
         v_mat = matrix_start(v, v_off, pid, v_mat_stride, ALIGNED)
+    if HALVES:
+        tau_row = tau + tau_off + pid * tau_stride
+        if WRITE_WY:
+            _factor_halves(src_mat, dst_mat, row_stride, tau_row, v_mat, v_row_stride, t + t_off + pid * t_mat_stride,
+                           t_row_stride, m, W, BLOCK_M, BLOCK_W // 2, True, ONE_REDUCTION, TWO_COLUMNS, INTERPRETED)
+        else:
+            _factor_halves(src_mat, dst_mat, row_stride, tau_row, None, None, None, None, m, W, BLOCK_M, BLOCK_W // 2,
+                           False, ONE_REDUCTION, TWO_COLUMNS, INTERPRETED)
+        return
     rows = tl.arange(0, BLOCK_M)
     r2 = rows[:, None]
     c2 = cols[None, :]
@@ -159,44 +247,6 @@ def _unit_lower(x, r2, c2):
     return tl.where(r2 > c2, x, tl.where(r2 == c2, 1.0, 0.0))
 
 
-@triton.jit
-def _halves_kernel(
-    src, dst, mat_stride, row_stride, tau, tau_stride,
-    N: tl.constexpr, BLOCK_M: tl.constexpr, HALF: tl.constexpr, ALIGNED: tl.constexpr, ONE_REDUCTION: tl.constexpr,
-    TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
-):
-    """Householder QR of one whole N x N matrix (HALF < N <= 2 HALF, HALF >= 16) in two register
-    tiles of HALF columns: the left half factored with its T, its block reflector applied to the
-    right half (X2 -= V T^T V^T X2: three ``tl.dot`` at IEEE float32), then the right half factored
-    from row HALF down. Every column step works on a tile half as wide as the whole matrix's, which
-    halves the per-element work that sets a small matrix's time (docs/kernel-log.md §W9, §W26)."""
-    pid = tl.program_id(0).to(tl.int64)
-    src_mat = matrix_start(src, 0, pid, mat_stride, ALIGNED)
-    dst_mat = matrix_start(dst, 0, pid, mat_stride, ALIGNED)
-    rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, HALF)
-    r2 = rows[:, None]
-    c2 = cols[None, :]
-    left = r2 * row_stride + c2
-    left_ok = (r2 < N) & (c2 < HALF)
-    right_ok = (r2 < N) & (c2 < N - HALF)
-    x1 = tl.load(src_mat + left, mask=left_ok, other=0.0)
-    x2 = tl.load(src_mat + HALF + left, mask=right_ok, other=0.0)
-    taus = tl.zeros([HALF], dtype=tl.float32)
-    tri = tl.zeros([HALF, HALF], dtype=tl.float32)
-    x1, taus1, tri = _factor_columns(x1, taus, tri, rows, cols, HALF, ONE_REDUCTION, TWO_COLUMNS, True, INTERPRETED)
-    v = _unit_lower(x1, r2, c2)
-    w = tl.dot(tl.trans(tri), tl.dot(tl.trans(v), x2, input_precision="ieee"), input_precision="ieee")
-    x2 = tl.dot(v, -w, x2, input_precision="ieee")
-    x2, taus2, tri = _factor_columns(x2, taus, tri, rows - HALF, cols, N - HALF, ONE_REDUCTION, TWO_COLUMNS, False,
-                                     INTERPRETED)
-    tl.store(dst_mat + left, x1, mask=left_ok)
-    tl.store(dst_mat + HALF + left, x2, mask=right_ok)
-    tau_row = tau + pid * tau_stride
-    tl.store(tau_row + cols, taus1)
-    tl.store(tau_row + HALF + cols, taus2, mask=cols < N - HALF)
-
-
 def _rows_aligned(*views: torch.Tensor | StorageAt) -> bool:
     """Whether every row of every view starts on a 16-byte boundary (float4 loads and stores); a
     :class:`StorageAt`'s storage starts on one by its contract, wherever its address is held."""
@@ -219,6 +269,7 @@ def _panel_launch(
     warps: int | None,
     two_columns: bool = False,
     trim: tuple[torch.Tensor, int] | None = None,
+    halves: bool = False,
 ) -> Launch:
     """The panel kernel's grid, arguments and keyword options for :func:`factor_panel`."""
     batch, m, w = dst.shape
@@ -230,7 +281,8 @@ def _panel_launch(
     if isinstance(src, StorageAt) != at_address or isinstance(tau, StorageAt) != at_address:
         raise ValueError("src, dst and tau are all tensors or all at an address")
     tile = panel_tile(m, w)
-    top_tile = top_tile and m >= 2 * w  # the top tile needs a panel at least twice as tall as wide
+    halves = halves and halves_apply(w)
+    top_tile = top_tile and m >= 2 * w and not halves  # the top tile needs a panel at least twice as tall as wide
     tau_base, tau_off = _base(tau)
     if wy is None:
         v_args = t_args = (None, None, None, None)  # constexprs the kernel never reads
@@ -254,6 +306,7 @@ def _panel_launch(
         "INTERPRETED": INTERPRETED,
         "TRIM": trim is not None,
         "AT_ADDRESS": at_address,
+        "HALVES": halves,
         "num_warps": _warps(tile, warps),
     }
     return (batch,), args, options
@@ -269,6 +322,7 @@ def factor_panel(
     warps: int | None = None,
     two_columns: bool = False,
     trim: tuple[torch.Tensor, int] | None = None,
+    halves: bool = False,
 ) -> None:
     """Householder QR of every b x m x w panel ``src`` (m >= w), written to ``dst`` (may be ``src``).
 
@@ -283,30 +337,18 @@ def factor_panel(
     ``trim = (widths, col0)``: the panel's first column is column col0 of its matrix, and the
     programs of matrices whose width (int32 ``widths[b]``, :mod:`.tail`) it reaches only set tau to 0.
     ``src``, ``dst`` and ``tau`` may all be :class:`.source.StorageAt` (a graph writing its outputs
-    where each call's lie).
+    where each call's lie). ``halves`` (where :func:`halves_apply` to w) holds the panel as two tiles of
+    half its columns, the left half's block reflector applied to the right half between them; it
+    overrides ``top_tile``.
     """
-    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns, trim)
+    grid, args, options = _panel_launch(src, dst, tau, wy, one_reduction, top_tile, warps, two_columns, trim, halves)
     _panel_kernel[grid](*args, **options)
 
 
-def halves_apply(n: int) -> bool:
-    """Whether :func:`factor_matrices` with ``halves`` splits n x n matrices: each half of their
-    register tile must be at least 16 columns wide (``tl.dot``)."""
-    return panel_tile(n, n)[1] >= 32
-
-
-def _halves_launch(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, one_reduction: bool, warps: int | None,
-                   two_columns: bool) -> Launch:
-    """The halves kernel's grid, arguments and keyword options for :func:`factor_matrices`."""
-    batch, n, _ = a.shape
-    tile = panel_tile(n, n)
-    args = (a, h, a.stride(0), a.stride(1), tau, tau.stride(0))
-    options = {
-        "N": n, "BLOCK_M": tile[0], "HALF": tile[1] // 2, "ALIGNED": _rows_aligned(a, h),
-        "ONE_REDUCTION": one_reduction, "TWO_COLUMNS": two_columns and one_reduction, "INTERPRETED": INTERPRETED,
-        "num_warps": _warps(tile, warps),
-    }
-    return (batch,), args, options
+def halves_apply(w: int) -> bool:
+    """Whether ``halves`` splits a panel (or whole matrix) w columns wide: each half of its register
+    tile must be at least 16 columns wide (``tl.dot``)."""
+    return panel_tile(w, w)[1] >= 32
 
 
 def factor_matrices(
@@ -318,17 +360,12 @@ def factor_matrices(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`factor_panel` of the whole n x n matrices of ``a`` (contiguous) into fresh ``(H, tau)``,
     the compiled kernel launched directly after a shape's first call (the small cases are host-bound:
-    the outputs being this call's own allocations, only ``a`` is checked for it). With ``halves``
-    (where :func:`halves_apply`), by :func:`_halves_kernel`: the columns in two halves, one program
-    per matrix all the same."""
+    the outputs being this call's own allocations, only ``a`` is checked for it). ``halves``: as
+    :func:`factor_panel` takes it."""
     batch, n, _ = a.shape
     h = torch.empty_like(a)
     tau = a.new_empty(batch, n)
-    key = (batch, n, one_reduction, warps, two_columns)
-    if halves and halves_apply(n):
-        make = lambda: _halves_launch(a, h, tau, one_reduction, warps, two_columns)  # noqa: E731
-        launch(_halves_kernel, make, key, (a, h, tau), fresh=2)
-    else:
-        make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns)  # noqa: E731
-        launch(_panel_kernel, make, key, (a, h, tau), fresh=2)
+    key = (batch, n, one_reduction, warps, two_columns, halves)
+    make = lambda: _panel_launch(a, h, tau, None, one_reduction, False, warps, two_columns, halves=halves)  # noqa: E731
+    launch(_panel_kernel, make, key, (a, h, tau), fresh=2)
     return h, tau

@@ -30,7 +30,6 @@ __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 Launch = tuple[triton.runtime.jit.JITFunction, tuple[dict, dict, dict, dict]]
 _KERNELS = (
     (kernels, "_panel_kernel"),
-    (kernels, "_halves_kernel"),
     (gram_panel, "_bottom_gram_kernel"),
     (gram_panel, "_gram_householder_kernel"),
     (gram_panel, "_bottom_v_kernel"),
