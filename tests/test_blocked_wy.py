@@ -95,6 +95,34 @@ def test_panels_in_halves(case: str, n: int, plan: Plan) -> None:
     _factor_and_check(generate_input(2, n, 2, 1100 + n, case).to(DEVICE), plan=plan)
 
 
+# A lookahead of one panel: panels of 16 and 32 (the strips beyond the next panel of 32 and 64 columns),
+# a ragged last panel (45, 100), the next panel in halves, the top tile asked for.
+LOOKAHEAD_PLANS = [
+    (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), lookahead=True)),
+    (45, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True),
+              lookahead=True, two_columns=True)),
+    (100, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(subtract_bm=32, fused=True),
+               lookahead=True, two_columns=True, top_tile=False)),
+    (80, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), lookahead=True,
+              halves=True)),
+    (72, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), lookahead=True)),
+]
+
+
+@pytest.mark.parametrize("case", every_case(ALL_CASES))
+@pytest.mark.parametrize(("n", "plan"), LOOKAHEAD_PLANS, ids=["16", "ragged-pairs", "ragged-32", "halves", "top-tile"])
+def test_lookahead(case: str, n: int, plan: Plan) -> None:
+    _factor_and_check(generate_input(2, n, 2, 1200 + n, case).to(DEVICE), plan=plan)
+
+
+def test_lookahead_needs_one_fused_householder_leaf_per_panel() -> None:
+    fused = products.UpdateTiles(fused=True)
+    for bad in ({"update": "torch", "tiles": products.UpdateTiles()}, {"tiles": products.UpdateTiles()}, {"leaf": 16},
+                {"panel": "gram"}, {"trim": True}):
+        with pytest.raises(ValueError, match="lookahead needs"):
+            replace(Plan(nb=32, leaf=32, update="tf32x3", tiles=fused, lookahead=True), **bad)
+
+
 def test_halves_need_sixteen_columns_each() -> None:
     """tl.dot takes 16 columns at least: up to n = 16 the whole-matrix program stays in one tile."""
     assert [n for n in range(1, 130) if kernels.halves_apply(n)] == list(range(17, 130))
@@ -170,11 +198,13 @@ AT_ADDRESS_PLANS = [
     (48, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True)),
     (80, Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(fused=True), trim=True,
               halves=True, two_columns=True)),
+    (45, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", tiles=products.UpdateTiles(block_n=32, fused=True),
+              lookahead=True, two_columns=True)),
 ]
 
 
 @pytest.mark.parametrize(("n", "plan"), AT_ADDRESS_PLANS,
-                         ids=["fused-aligned", "two-launches-unaligned", "trimmed", "trimmed-halves"])
+                         ids=["fused-aligned", "two-launches-unaligned", "trimmed", "trimmed-halves", "lookahead"])
 def test_operands_at_their_addresses_factor_bit_for_bit_as_the_tensors(n: int, plan: Plan) -> None:
     """What a graph replay runs (``qr._GraphedQR``): the kernels read the input's address and, where
     the plan writes its outputs in place (every plan here), H's and tau's from device memory when

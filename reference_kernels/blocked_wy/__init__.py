@@ -16,6 +16,7 @@ EXPORT_MODULES = (
     "reference_kernels.blocked_wy.gram_panel",
     "reference_kernels.blocked_wy.split_tf32",
     "reference_kernels.blocked_wy.products",
+    "reference_kernels.blocked_wy.lookahead",
     "reference_kernels.blocked_wy.tail",
     "reference_kernels.blocked_wy.qr",
 )

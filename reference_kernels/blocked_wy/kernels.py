@@ -166,9 +166,29 @@ def _panel_kernel(
     ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
     TRIM: tl.constexpr, AT_ADDRESS: tl.constexpr, HALVES: tl.constexpr,
 ):
-    """AT_ADDRESS: src, dst and tau are int64s holding their storages' addresses (source.py).
-    HALVES: the panel in two tiles of BLOCK_W / 2 columns (:func:`_factor_halves`)."""
-    pid = tl.program_id(0).to(tl.int64)
+    """A program per matrix: :func:`panel_program`."""
+    panel_program(
+        tl.program_id(0).to(tl.int64), src, src_off, dst, dst_off, mat_stride, row_stride, tau, tau_off, tau_stride,
+        v, v_off, v_mat_stride, v_row_stride, t, t_off, t_mat_stride, t_row_stride, m, widths, col0,
+        W, BLOCK_M, BLOCK_W, WRITE_WY, ALIGNED, ONE_REDUCTION, TOP_TILE, TWO_COLUMNS, INTERPRETED, TRIM, AT_ADDRESS,
+        HALVES,
+    )  # fmt: skip
+
+
+@triton.jit
+def panel_program(
+    pid, src, src_off, dst, dst_off, mat_stride, row_stride,
+    tau, tau_off, tau_stride,
+    v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride,
+    m, widths, col0,
+    W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, WRITE_WY: tl.constexpr, ALIGNED: tl.constexpr,
+    ONE_REDUCTION: tl.constexpr, TOP_TILE: tl.constexpr, TWO_COLUMNS: tl.constexpr, INTERPRETED: tl.constexpr,
+    TRIM: tl.constexpr, AT_ADDRESS: tl.constexpr, HALVES: tl.constexpr,
+):
+    """The panel of matrix ``pid`` (int64). AT_ADDRESS: src, dst and tau are int64s holding their
+    storages' addresses (source.py). HALVES: the panel in two tiles of BLOCK_W / 2 columns
+    (:func:`_factor_halves`)."""
     src = storage(src, AT_ADDRESS)
     dst = storage(dst, AT_ADDRESS)
     tau = storage(tau, AT_ADDRESS)

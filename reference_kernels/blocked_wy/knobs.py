@@ -34,6 +34,7 @@ PLAN_AXES: dict[str, tuple[Value, ...]] = {
     "graph": _ON_OFF,
     "trim": _ON_OFF,
     "panel": PANELS,
+    "lookahead": _ON_OFF,
     "project_bm": (16, 32, 64, 128),
     "block_n": (32, 64, 128),
     "subtract_bm": (32, 64, 128),

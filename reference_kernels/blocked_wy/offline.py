@@ -19,6 +19,7 @@ import triton
 
 import reference_kernels.blocked_wy.gram_panel as gram_panel
 import reference_kernels.blocked_wy.kernels as kernels
+import reference_kernels.blocked_wy.lookahead as lookahead
 import reference_kernels.blocked_wy.products as products
 import reference_kernels.blocked_wy.source as source
 import reference_kernels.blocked_wy.split_tf32 as split_tf32
@@ -30,6 +31,7 @@ __all__ = ["Launch", "compile_launch", "record_calls", "record_launches"]
 Launch = tuple[triton.runtime.jit.JITFunction, tuple[dict, dict, dict, dict]]
 _KERNELS = (
     (kernels, "_panel_kernel"),
+    (lookahead, "_lookahead_kernel"),
     (gram_panel, "_bottom_gram_kernel"),
     (gram_panel, "_gram_householder_kernel"),
     (gram_panel, "_bottom_v_kernel"),

@@ -217,8 +217,10 @@ def _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, r0, m, k
     _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols[None, :], inside, (rows < m) & col_read, vv, ww)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "col0"])
-def _fused_update_kernel(
+@triton.jit
+def _update_strip(
+    pid_n,
+    pid_b,
     src,
     src_off,
     dst,
@@ -259,8 +261,6 @@ def _fused_update_kernel(
     from the matrix's width (``widths[b]``, tail.py) on: from the source (FROM_SOURCE) a strip
     wholly past it is written as zeros, in place (later updates, where those zeros are) it is
     left as it is."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
     ks = tl.arange(0, NB)
     dst_mat = matrix_start(storage(dst, DST_AT_ADDRESS), dst_off, pid_b, c_mat_stride, ALIGNED)
@@ -304,6 +304,46 @@ def _fused_update_kernel(
         for i in tl.range(0, m, SBM, num_stages=STAGES):
             _subtract_rows(src_mat, dst_mat, c_row_stride, v_mat, v_row_stride, last - i, m, ks, cols, col_ok, col_read,
                            ww, SBM)
+
+
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "col0"])
+def _fused_update_kernel(
+    src,
+    src_off,
+    dst,
+    dst_off,
+    c_mat_stride,
+    c_row_stride,
+    v,
+    v_off,
+    v_mat_stride,
+    v_row_stride,
+    t,
+    t_off,
+    t_mat_stride,
+    t_row_stride,
+    m,
+    ncols,
+    widths,
+    col0,
+    NB: tl.constexpr,
+    PBM: tl.constexpr,
+    SBM: tl.constexpr,
+    BN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr,
+    DST_AT_ADDRESS: tl.constexpr,
+    TRIM: tl.constexpr,
+    FROM_SOURCE: tl.constexpr,
+):
+    """A program per (strip, matrix): :func:`_update_strip`."""
+    _update_strip(
+        tl.program_id(0), tl.program_id(1).to(tl.int64), src, src_off, dst, dst_off, c_mat_stride, c_row_stride,
+        v, v_off, v_mat_stride, v_row_stride, t, t_off, t_mat_stride, t_row_stride, m, ncols, widths, col0,
+        NB, PBM, SBM, BN, ALIGNED, INTERPRETED, STAGES, SRC_AT_ADDRESS, DST_AT_ADDRESS, TRIM, FROM_SOURCE,
+    )  # fmt: skip
 
 
 def wy_update(

@@ -24,6 +24,7 @@ import torch
 
 from reference_kernels.blocked_wy.gram_panel import MAX_LEAF, gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
+from reference_kernels.blocked_wy.lookahead import lookahead_step
 from reference_kernels.blocked_wy.products import DEFAULT_TILES, UpdateTiles, leaf_step, wy_subtract, wy_update
 from reference_kernels.blocked_wy.source import StorageAt, copy_columns
 from reference_kernels.blocked_wy.split_tf32 import fp32_precision, split_tf32_subtract
@@ -94,6 +95,10 @@ class Plan:
       (:mod:`.tail`) and factor only the columns before them, leaving the rest zero with tau = 0;
       the widths stay on the device, where the kernels read them (no host synchronisation). Needs
       the fused ``tf32x3`` update and one leaf per panel, whose kernels are the ones that read them.
+    - ``lookahead``: after the first panel, one launch per panel updates the trailing block and
+      factors the next panel (:mod:`.lookahead`: a program per matrix does the next panel's strip,
+      then the panel, while the others update the columns beyond it). Needs the fused ``tf32x3``
+      update and one householder leaf per panel (every panel's leaf width, at its height, >= nb).
     """
 
     nb: int
@@ -110,6 +115,7 @@ class Plan:
     graph: bool = True
     trim: bool = False
     panel: Panel = "householder"
+    lookahead: bool = False
 
     def __post_init__(self) -> None:
         for name in ("nb", "leaf"):
@@ -134,6 +140,10 @@ class Plan:
             raise ValueError("a gram panel does not trim (its kernels do not read the widths)")
         if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
             raise ValueError("trim needs the fused tf32x3 update and one leaf per panel (leaf >= nb)")
+        if self.lookahead and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb
+                                   and self.panel == "householder" and not self.trim):
+            raise ValueError("lookahead needs the fused tf32x3 update, one householder leaf per panel (leaf >= nb) "
+                             "and no trim")
 
 
 # The trailing update in one launch (a program per column strip), W from 64-row steps.
@@ -336,6 +346,9 @@ def _factor_in_place(
     if src is not None and plan.update not in TRITON_SUBTRACTION:
         h.copy_(src)
         src = None
+    if plan.lookahead and _leaf_width(n, plan) >= plan.nb:
+        _factor_looking_ahead(h, tau, plan, src)
+        return
     for j0 in range(0, n, plan.nb):
         j1 = min(j0 + plan.nb, n)
         if src is not None and j0 == 0:
@@ -346,6 +359,26 @@ def _factor_in_place(
             first = src[:, :, j1:] if src is not None and j0 == 0 else None
             _apply_qt(h[:, j0:, j1:], v, t, plan.update, first, plan.tiles,
                       None if widths is None else (widths, j1))
+
+
+def _factor_looking_ahead(
+    h: torch.Tensor | StorageAt, tau: torch.Tensor | StorageAt, plan: Plan, src: torch.Tensor | StorageAt | None
+) -> None:
+    """:func:`_factor_in_place` with ``plan.lookahead``: the first panel as there, then one
+    :func:`.lookahead.lookahead_step` per panel (the first reading the trailing block from ``src``)."""
+    batch, n, _ = h.shape
+    nb = min(plan.nb, n)
+    if src is not None:
+        copy_columns(h[:, :, :nb], src[:, :, :nb])
+    v, t = _factor_block(h[:, :, :nb], tau[:, :nb], plan, need_t=True)
+    for j0 in range(0, n - nb, nb):
+        j1, j2 = j0 + nb, min(j0 + 2 * nb, n)
+        wy = (torch.empty(batch, n - j1, j2 - j1, dtype=torch.float32, device=v.device),
+              torch.empty(batch, j2 - j1, j2 - j1, dtype=torch.float32, device=v.device))
+        first = src[:, :, j1:] if src is not None and j0 == 0 else None
+        lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps,
+                       plan.one_reduction, plan.top_tile, plan.two_columns, plan.halves)
+        v, t = wy
 
 
 def writes_outputs_at_address(plan: Plan, n: int) -> bool:
@@ -441,7 +474,7 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
 # The Plan fields qr's keyword arguments override, in the order of its signature.
 OVERRIDES = (
     "nb", "leaf", "whole_max", "halves", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps",
-    "graph", "trim", "panel",
+    "graph", "trim", "panel", "lookahead",
 )
 
 
@@ -462,6 +495,7 @@ def qr(
     graph: bool | None = None,
     trim: bool | None = None,
     panel: Panel | None = None,
+    lookahead: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
@@ -473,7 +507,7 @@ def qr(
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     values = (nb, leaf, whole_max, halves, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph,
-              trim, panel)
+              trim, panel, lookahead)
     if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
         plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:
