@@ -163,20 +163,17 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 # 60x1024; `qrbench report FILE --baseline blocked_wy` gives no variant faster by the report's 5%).
 # The 2048 and 4096 entries rest on H100 sweeps and paired blocks instead (reports/h100/README.md).
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
-    # Whole matrices, one program each (whole_max). Up to 16: pairs (0.021 vs 0.034 ms one by one at
-    # 20x32, §W6), two panel warps (0.0325 vs 0.0347 ms, §W10), the entry all of 1..128 had until §W26.
+    # Whole matrices, one program each (whole_max). Up to 16: pairs and two panel warps (§W6, §W10).
     (16, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2)),
-    # 17 to 128: the columns in two halves (§W26), paired blocks against the entry above on an H100
-    # (reports/h100/2026-12-07-blocked_wy-compare-panel-halves.md): 20x32 at one warp 0.949, 200x64
-    # at two warps 0.759, 100x128 at eight 0.057 (the old entry spilled: 5.75 ms). The warps from the
-    # kernel's first form (-compare-whole-halves.md): 20x32 one 0.879, two 0.958, four 1.10; 200x64
-    # one 1.22, two 0.747, four 0.848.
+    # 17 to 128: the columns in two halves, at each size's fastest warps in paired blocks against the
+    # one-tile entry on an H100 (reports/h100/2026-12-07-blocked_wy-compare-whole-halves.md and
+    # -compare-panel-halves.md, §W26).
     (32, Plan(nb=32, leaf=32, two_columns=True, panel_warps=1, halves=True)),
     (64, Plan(nb=32, leaf=32, two_columns=True, panel_warps=2, halves=True)),
     (128, Plan(nb=32, leaf=32, two_columns=True, panel_warps=8, halves=True)),
     # 40x176: no top tile (§W4), four panel warps (0.228 vs 0.254 ms, §W4), pairs (0.197 vs 0.214,
     # §W6), 32-row subtraction tiles (§W6), the update in one launch (0.187 vs 0.196, §W11). Ranked 0.183 ms.
-    # Panels in halves: 1.07 (four warps) and 1.23 (eight) of this time (§W26); also at 352: 1.12, 1.19.
+    # Panels in halves are slower here and at 352 (reports/h100/2026-12-07-blocked_wy-compare-panel-halves.md).
     (255, Plan(nb=32, leaf=32, update="tf32x3", top_tile=False, two_columns=True, panel_warps=4,
                tiles=UpdateTiles(subtract_bm=32, fused=True))),
     # 40x352: four panel warps (0.58 vs 0.78 ms, §W4), no top tile (§W-plans), pairs (0.512 vs 0.539,
