@@ -8,7 +8,7 @@ Run from the repo root. CI (CPU, the smoke set, into ``reports/ci/``)::
 
 On a GPU, the full contest set, with the committed GPU results as history::
 
-    python -m benchmarks.ci_report --device cuda --out reports/h200 --history reports/h200/*.json
+    python -m benchmarks.ci_report --device cuda --out reports/h200 --history reports/h200/*.json.gz
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     shapes = resolve_shapes(args.shapes or ("qr_v2" if args.device == "cuda" else "smoke"))
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    results = args.out / f"{stamp}-{args.mode}-{shapes.name}.json"
+    results = args.out / f"{stamp}-{args.mode}-{shapes.name}.json.gz"
     runs, stop = run_here(Setup(args.mode, shapes, discover_contestants(), RunOptions(device=args.device)), results)
     if stop is not None:
         return stopped(stop, results)

@@ -9,7 +9,7 @@ On the GPU, one comparison of blocked_wy against itself and against a copy slowe
     python -m benchmarks.compare_h200 results/compare.json results/separate.json
 
 (Two results files can stand for the separate runs too, the first run of each: e.g. the committed
-``reports/h200/2026-12-01-blocked_wy-benchmark-qr_v2.json`` and ``...-leaderboard-qr_v2.json``.)
+``reports/h200/2026-12-01-blocked_wy-benchmark-qr_v2.json.gz`` and ``...-leaderboard-qr_v2.json.gz``.)
 
 This prints, with one rule (:class:`~evaluator.paired_stats.RatioRule`'s defaults), each
 candidate's geometric-mean time ratio to the baseline with its interval: paired over the

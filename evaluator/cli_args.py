@@ -80,8 +80,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="where kernels run (default: auto = CUDA when present)")
     p.add_argument("--seed", type=int, help="combine every spec seed with this seed, as the contest's POPCORN_SEED")
     p.add_argument("--json", type=Path, metavar="PATH",
-                   help="results file (default: results/<time>-<mode>-<shapes>.json in this directory); "
-                        "an existing file is refused unless --force")
+                   help="results file (default: results/<time>-<mode>-<shapes>.json in this directory; a name "
+                        "ending in .gz is written gzip-compressed); an existing file is refused unless --force")
     p.add_argument("--force", action="store_true",
                    help="overwrite an existing --json file (and the leaderboard page of rank)")
     p.add_argument("--compat", action="store_true",

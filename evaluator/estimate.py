@@ -163,7 +163,7 @@ def predict_repeats(rule: ContestRule, max_repeats: int, call_ns: float, spread:
     noise: 5.2% at 640x512 mixed, whose repeats the contest follows with 0.37 s of published
     checks each, predicted 687 s for a contest run measured at 394 s on the same lease
     (``reports/h200/2026-12-02-blocked_wy-estimate-settled-spread.txt``,
-    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-spare-workers.json``). The rule's
+    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-spare-workers.json.gz``). The rule's
     budget reads the per-call mean, as the loop's samples are per call (the contest's too).
     """
     generator = torch.Generator().manual_seed(0)  # the same pilot always gives the same prediction
@@ -322,7 +322,7 @@ def settled_spread(*passes: Sequence[float]) -> tuple[float, ...]:
     (hardened) or all are (the contest's, each after its check), so that one repeat is the
     pilot's alone. Counted, it gave 640x512 a 2.06% spread against the 0.10-0.15% of the
     contest's own run (``reports/h200/2026-12-02-blocked_wy-estimate-plain-spread.txt``,
-    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-compat.json``)."""
+    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-compat.json.gz``)."""
     settled = [x for samples in passes for x in samples[1:]]
     mean = statistics.fmean(settled) if settled else 0.0
     if len(settled) < 2 or mean <= 0:
@@ -347,7 +347,7 @@ def _same_inputs_spread(h: Harness, index: int, case: Case, repeats: int, max_re
     met the contest's rule by their fourth repeat, where the contest's own runs, each repeat after
     its checks, spread 15-22% and ran 572-932 ranked repeats
     (``reports/h200/2026-12-02-blocked_wy-estimate-back-to-back.txt``,
-    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-spare-workers.json``). The pilot's
+    ``reports/h200/2026-12-02-blocked_wy-time-to-verdict-spare-workers.json.gz``). The pilot's
     checks are qrbench's, not the contest's slower ones, which the prediction adds as time.
 
     Sampled as qrbench's pass is (:func:`_sampled`); the samples are :func:`settled_spread`'s.
@@ -366,7 +366,7 @@ def _published_check_s(case: Case, device: torch.device, checks: int = PUBLISHED
     output of an input of this shape: its cost depends on the shape alone. The median of
     ``checks`` timed checks after a warm one: a single one read 3.6 ms at 20x32 on an H200 where
     the contest's run spent about 2.5 ms a check (``reports/h200/2026-12-01-blocked_wy-estimate.txt``,
-    ``reports/h200/2026-12-01-blocked_wy-time-to-verdict-compat.json``: 932 ranked repeats of 50
+    ``reports/h200/2026-12-01-blocked_wy-time-to-verdict-compat.json.gz``: 932 ranked repeats of 50
     checks in its 120 s cap)."""
     a = generate_input(**replace(case, seed=1).generator_args(), device=device)
     output = torch.geqrf(a)

@@ -12,12 +12,12 @@ beside them is for other readers and is never read back.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluator.documents import read_json
 from evaluator.paired_stats import RatioEstimate, RatioRule
 from evaluator.results import CaseResult, ResultsError, RunResult, load_results, write_results
 
@@ -129,7 +129,7 @@ def load_comparison(path: Path) -> Comparison:
     """Read a comparison file: its runs through :func:`~evaluator.results.load_results` (migrated
     as any results file), then its ``comparison`` section, checked against them."""
     runs = tuple(load_results(path))
-    section = json.loads(Path(path).read_text()).get(SECTION)
+    section = read_json(path, ResultsError).get(SECTION)
     if not isinstance(section, dict):
         raise ResultsError(f"{path}: a results file without a comparison (written by qrbench compare)")
     version = section.get("schema_version")

@@ -7,6 +7,7 @@ One file holds the runs of one invocation (one run per contestant). Times are na
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluator import __version__
-from evaluator.documents import read_json
+from evaluator.documents import is_gzip, read_json
 from evaluator.hardening.precheck import Precheck
 from evaluator.margin import DEFAULT_MARGIN_WARN, Margin, case_margins, gate_fractions, margin_warning, tightest
 from evaluator.measure.clocks import RepeatClocks
@@ -342,16 +343,18 @@ def _document(runs: list[RunResult], extra: dict[str, Any] | None = None) -> dic
 
 
 def write_results(path: Path, runs: list[RunResult], extra: dict[str, Any] | None = None) -> None:
-    """Write ``runs`` to ``path`` atomically: readers see the old file or the new, never half.
+    """Write ``runs`` to ``path`` atomically: readers see the old file or the new, never half;
+    gzip-compressed where the name ends in ``.gz``.
     ``extra`` adds top-level sections that :func:`load_results` leaves alone (a paired
     comparison's, :mod:`evaluator.paired_results`)."""
+    text = json.dumps(_document(runs, extra), indent=1, allow_nan=False) + "\n"
+    data = gzip.compress(text.encode(), mtime=0) if is_gzip(path) else text.encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for sharing
-        with os.fdopen(fd, "w") as f:
-            json.dump(_document(runs, extra), f, indent=1, allow_nan=False)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

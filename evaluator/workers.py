@@ -2,7 +2,7 @@
 
 A worker spends its first seconds importing the interpreter's and torch's modules (3.4-4.9 s of
 every hardened stage of a ranked submission on an H200: ``worker_start`` in the ``breakdown_s`` of
-reports/h200/2026-12-02-blocked_wy-time-to-verdict-hardened{,-estimate-lease}.json). The stages after a run's
+reports/h200/2026-12-02-blocked_wy-time-to-verdict-hardened{,-estimate-lease}.json.gz). The stages after a run's
 untimed test stage need not wait for that: :class:`SpareWorkers` starts their workers beside the
 test stage's, and each later stage takes one that has its imports done and waits for its job.
 

@@ -279,7 +279,7 @@ def test_a_version_1_file_is_migrated(tmp_path: Path) -> None:
     (run,) = load_results(tmp_path / "v1.json")
     assert run.stages[0].cases[0].clocks == ()
     assert run.margin_warn == DEFAULT_MARGIN_WARN
-    h200 = sorted((REPO / "reports" / "h200").glob("*.json"))
+    h200 = sorted((REPO / "reports" / "h200").glob("*.json.gz"))
     assert h200
     assert all(load_results(path) for path in h200)  # the committed version-1 files
 

@@ -453,6 +453,9 @@ def test_the_comparison_file_round_trips_and_is_checked(tmp_path: Path) -> None:
     path = tmp_path / "cmp.json"
     write_comparison(path, comparison, RULE)
     assert load_comparison(path) == comparison
+    compressed = tmp_path / "cmp.json.gz"  # as committed under reports/
+    write_comparison(compressed, comparison, RULE)
+    assert load_comparison(compressed) == comparison
     (summary,) = comparison.summary(RULE)
     assert summary.geomean.verdict == SLOWER
     assert summary.count(SLOWER) == 3

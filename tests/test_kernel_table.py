@@ -10,7 +10,7 @@ from benchmarks.kernel_table import main, render_table
 from evaluator.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "reports" / "h200" / "2026-11-30-kernel_table-qr_v2.json"
+RESULTS = REPO / "reports" / "h200" / "2026-11-30-kernel_table-qr_v2.json.gz"
 TABLE = REPO / "reports" / "kernels-h200.md"
 
 

@@ -23,7 +23,7 @@ from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "contestants"
 TINY = str(Path(__file__).parent / "shapes_tiny.yaml")
-H200_RESULTS = sorted((REPO / "reports" / "h200").glob("*-geqrf-benchmark-*.json"))
+H200_RESULTS = sorted((REPO / "reports" / "h200").glob("*-geqrf-benchmark-*.json.gz"))
 CPU = {"device": "cpu", "cpu": "Test CPU", "torch": "2.13.0+cpu", "triton": "3.6.0", "python": "3.11.7"}
 H200 = {"device": "cuda", "gpu_name": "NVIDIA H200", "compute_capability": "9.0", "driver_version": "580.159.04",
         "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "torch": "2.11.0+cu130", "cuda": "13.0", "triton": "3.6.0",
@@ -284,7 +284,7 @@ def test_ci_report_exits_112_on_a_failing_contestant(tmp_path: Path, monkeypatch
     assert "R - Q.T @ A is too large" in text.split("## Correctness")[1]
     assert "CPU timings (host clock)" in text
     assert (tmp_path / "times-tiny-leaderboard.png").read_bytes().startswith(PNG)
-    assert len(list(tmp_path.glob("*-leaderboard-tiny.json"))) == 1
+    assert len(list(tmp_path.glob("*-leaderboard-tiny.json.gz"))) == 1
 
 
 def test_the_report_says_where_each_stages_time_went() -> None:

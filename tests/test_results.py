@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -40,19 +41,32 @@ def test_round_trip(tmp_path: Path) -> None:
     assert doc["runs"][0]["score_s"] == pytest.approx(2e-3)
 
 
-def test_write_is_atomic(tmp_path: Path, monkeypatch) -> None:
-    path = tmp_path / "r.json"
-    write_results(path, [_run("a", [1e6])])
-    before = path.read_text()
+def test_round_trip_compressed(tmp_path: Path) -> None:
+    """A name ending in .gz is written and read through gzip, the same document as plain JSON."""
+    runs = [_run("a", [1e6, 4e6]), _run("b", [2e6, 2e6], secret_ok=False)]
+    plain, packed = tmp_path / "r.json", tmp_path / "r.json.gz"
+    write_results(plain, runs)
+    write_results(packed, runs)
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"
+    assert [r.to_dict() for r in load_results(packed)] == [r.to_dict() for r in runs]
+    unpacked = json.loads(gzip.decompress(packed.read_bytes()))
+    assert {**unpacked, "written_at": None} == {**json.loads(plain.read_text()), "written_at": None}
 
-    def broken_dump(*args, **kwargs):
+
+@pytest.mark.parametrize("name", ["r.json", "r.json.gz"])
+def test_write_is_atomic(tmp_path: Path, monkeypatch, name: str) -> None:
+    path = tmp_path / name
+    write_results(path, [_run("a", [1e6])])
+    before = path.read_bytes()
+
+    def broken_sync(fd: int) -> None:
         raise KeyboardInterrupt  # a Ctrl-C in the middle of writing
 
-    monkeypatch.setattr(results_module.json, "dump", broken_dump)
+    monkeypatch.setattr(results_module.os, "fsync", broken_sync)
     with pytest.raises(KeyboardInterrupt):
         write_results(path, [_run("b", [2e6])])
-    assert path.read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary left behind
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -72,6 +86,13 @@ def test_not_a_results_file(tmp_path: Path) -> None:
         load_results(path)
     with pytest.raises(ResultsError, match=f"{tmp_path / 'missing.json'}: cannot read"):
         load_results(tmp_path / "missing.json")
+    packed = tmp_path / "r.json.gz"
+    packed.write_text("{}")
+    with pytest.raises(ResultsError, match=f"{packed}: not valid gzip"):
+        load_results(packed)
+    packed.write_bytes(gzip.compress(b"\xff\xfe"))
+    with pytest.raises(ResultsError, match=f"{packed}: not valid UTF-8"):
+        load_results(packed)
 
 
 def test_ranking_orders_by_geomean_and_lists_unranked_with_reason() -> None:
