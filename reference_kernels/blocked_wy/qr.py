@@ -156,10 +156,10 @@ FUSED_ROWS_64 = UpdateTiles(project_bm=64, fused=True)
 # under the evaluator's timer.
 # The sweeps' raw output was never committed: their figures are in docs/kernel-log.md, in the
 # sections cited per entry. The committed results behind the table as it stands (these plans, code
-# of 9723895): reports/h200/2026-12-01-blocked_wy-leaderboard-qr_v2.json, whose ranked-pass mean
-# per size each entry quotes ("ranked"); 2026-11-30-kernel_table-qr_v2.json has the same plans.
+# of 9723895): reports/h200/2026-12-01-blocked_wy-leaderboard-qr_v2.json.gz, whose ranked-pass mean
+# per size each entry quotes ("ranked"); 2026-11-30-kernel_table-qr_v2.json.gz has the same plans.
 # Panel warps are also confirmed by `qrbench sweep` under the evaluator's protocol:
-# reports/h200/2026-12-01-blocked_wy-sweep-panel_warps-qr_v2.json (2, 4 and 8 at 40x352, 640x512 and
+# reports/h200/2026-12-01-blocked_wy-sweep-panel_warps-qr_v2.json.gz (2, 4 and 8 at 40x352, 640x512 and
 # 60x1024; `qrbench report FILE --baseline blocked_wy` gives no variant faster by the report's 5%).
 # The 2048 and 4096 entries rest on H100 sweeps and paired blocks instead (reports/h100/README.md).
 DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
@@ -203,12 +203,12 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
                 tiles=FUSED_ROWS_64)),
     # 8x2048: 128-column panels with the cuBLAS split-TF32 update (§W4, §W11), factored by Gram-route
     # leaves of 32 (gram_panel.py) at four column-step warps, one column at a time: the fastest in the
-    # H100 sweep reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json, and paired blocks
+    # H100 sweep reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json.gz, and paired blocks
     # 0.863 of the Householder-panel plan's time (reports/h100/2026-12-06-blocked_wy-compare-gram.md, §W21).
     (4095, Plan(nb=128, leaf=32, update="cublas-tf32x3", inner="triton", panel="gram", panel_warps=4)),
     # 2x4096: the tf32x3 update in two launches (§W11), one Gram-route leaf of 32 per panel at four
     # column-step warps, one column at a time: the fastest in the H100 sweep
-    # reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-4096.json, and paired blocks 0.769 of the
+    # reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-4096.json.gz, and paired blocks 0.769 of the
     # Householder-panel plan's time (the same compare file, §W21).
     (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4)),
 )

@@ -42,11 +42,11 @@ class Plan:
 # Rule: the fastest geomean of `qrbench sweep cholesky_orhr --axis second_pass_min=1,32,128` over the
 # cases with matrices that may need a second CholeskyQR pass (the 60x1024 cases and 640x512 mixed),
 # under the evaluator's protocol on the H200 (2026-12-01):
-# reports/h200/2026-12-01-cholesky_orhr-sweep-second_pass_min-qr_v2.json. A second pass for 128
+# reports/h200/2026-12-01-cholesky_orhr-sweep-second_pass_min-qr_v2.json.gz. A second pass for 128
 # matrices or more, fewer going to blocked_wy: geomean 16.02 ms, against 16.79 for 32 and 18.21 for 1
 # (640x512 mixed, 86 matrices to pass twice: 24.98 ms against 29.42 and 30.20). The first sweep
 # (docs/kernel-log.md §C2) found the same; the committed ranked results of this plan:
-# reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json (7.850 ms ranked).
+# reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json.gz (7.850 ms ranked).
 DEFAULT_PLAN = Plan(second_pass_min=128)
 
 
@@ -57,5 +57,5 @@ def default_plan(batch: int, n: int) -> Plan:
     docs/kernel-log.md §C2): 32-wide leaves with products split down to 256, graphed, at every size
     but 20x32 (0.16 ms against 0.12 ms eager), and widening leaves for small, host-bound problems
     lost once the passes were graphed. Committed results of this plan:
-    reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json."""
+    reports/h200/2026-11-30-cholesky_orhr-leaderboard-qr_v2.json.gz."""
     return DEFAULT_PLAN
