@@ -1,4 +1,5 @@
-"""A kernel's plan axes: the hook through which ``qrbench sweep`` sets a contestant's knobs.
+"""A kernel's plan axes: the hook through which ``qrbench sweep`` (and ``qrbench compare``, for a
+contestant named at one setting, ``NAME[KNOB=VALUE,...]``) sets a contestant's knobs.
 
 A contestant module may declare its knobs and a way to set them::
 
@@ -41,6 +42,7 @@ __all__ = [
     "plain_axes",
     "resolve",
     "setting_text",
+    "split_setting",
     "value_text",
     "variant_count",
     "variants",
@@ -181,6 +183,24 @@ def resolve(contestant: str, requested: Requested,
             raise AxisError(f"{contestant}: axis {name}: a value is given twice ({', '.join(texts)})")
         resolved[name] = tuple(values)
     return resolved
+
+
+def split_setting(text: str) -> tuple[str, Requested]:
+    """``NAME[k=v,k2=v2]`` (a variant's label, as a sweep writes it) -> (NAME, {k: (v,), k2: (v2,)}):
+    the contestant at one setting of its knobs, for ``qrbench compare``; a text without brackets
+    is the contestant's own plan. A malformed or repeated knob is an :class:`AxisError`."""
+    if not text.endswith("]") or "[" not in text:
+        return text, {}
+    name, _, inside = text[:-1].partition("[")
+    requested: Requested = {}
+    for item in inside.split(","):
+        knob, sep, value = (part.strip() for part in item.partition("="))
+        if not name or not sep or not knob or not value:
+            raise AxisError(f"{text!r}: expected NAME[KNOB=VALUE,...], e.g. blocked_wy[nb=32,two_columns=on]")
+        if knob in requested:
+            raise AxisError(f"{text!r}: knob {knob} is given twice")
+        requested[knob] = (value,)
+    return name, requested
 
 
 def setting_text(params: Mapping[str, Scalar]) -> str:

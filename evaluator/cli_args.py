@@ -7,8 +7,10 @@ Nothing here imports torch: ``qrbench --help`` builds its parser from these.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +31,10 @@ __all__ = [
     "REPORTS_DIR",
     "RESULTS_DIR",
     "UsageError",
+    "add_cases_option",
     "add_kernelguard_option",
     "add_run_options",
+    "chosen_cases",
     "measurement_options",
     "pick_device",
     "precheck_text",
@@ -99,6 +103,25 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "power brake) out of the stopping rule and statistics; kept in the results, marked "
                         "(not with --compat)")
     add_kernelguard_option(p)
+
+
+def add_cases_option(p: argparse.ArgumentParser) -> None:
+    """``--cases``: the benchmark cases a sweep or a comparison times (see :func:`chosen_cases`)."""
+    p.add_argument("--cases", metavar="LABEL,...",
+                   help="only these benchmark cases, by label; shell patterns match several "
+                        "(e.g. '20x32,640x512*': 20x32 and every 640x512 case)")
+
+
+def chosen_cases(shapes: ShapeSet, cases: str | None) -> ShapeSet:
+    """The shape set with only the benchmark cases ``--cases`` names or matches (all without it)."""
+    if cases is None:
+        return shapes
+    wanted = [w.strip() for w in cases.split(",") if w.strip()]
+    kept = tuple(c for c in shapes.benchmarks if any(fnmatch.fnmatchcase(c.label, w) for w in wanted))
+    if not kept:
+        labels = ", ".join(c.label for c in shapes.benchmarks)
+        raise UsageError(f"--cases {cases}: no benchmark case of {shapes.name} matches (its cases: {labels})")
+    return replace(shapes, benchmarks=kept)
 
 
 def add_kernelguard_option(p: argparse.ArgumentParser) -> None:

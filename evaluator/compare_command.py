@@ -11,15 +11,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evaluator.axes import AxisError, Requested, split_setting
 from evaluator.cli_args import (
     EXIT_FAILED,
     EXIT_OK,
     OutputClosed,
     UsageError,
+    add_cases_option,
     add_run_options,
+    chosen_cases,
     pick_device,
     results_path,
     writable_file,
@@ -27,6 +31,7 @@ from evaluator.cli_args import (
 from evaluator.paired_stats import RatioRule
 
 if TYPE_CHECKING:
+    from evaluator.contestant import Contestant
     from evaluator.paired_results import Comparison
     from evaluator.progress import Feedback
 
@@ -39,7 +44,9 @@ _DESCRIPTION = (
     "the baseline. Prints each candidate's geometric-mean time ratio to it with a confidence interval over the "
     "blocks and a faster / slower / same verdict, case by case and overall; writes the results file (--json) and "
     "its Markdown beside it. --budget is the wall seconds of blocks per case and --repeats the cap on blocks per "
-    "case (default: the shape set's benchmark budget and repeat cap)."
+    "case (default: the shape set's benchmark budget and repeat cap); --cases keeps only some benchmark cases. "
+    "A contestant named NAME[KNOB=VALUE,...] runs with those knobs set (the knobs qrbench sweep varies), so a "
+    "kernel's plan is compared with its variants, paired, without editing it."
 )
 
 
@@ -50,7 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_compare)
     p.add_argument("contestants", nargs="+", metavar="CONTESTANT",
                    help="two or more, the baseline first: names under contestants/, folders with submission.py, "
-                        "or .py files (one may be named twice: it is compared with itself)")
+                        "or .py files (one may be named twice: it is compared with itself); NAME[KNOB=VALUE,...] "
+                        "is the contestant with those knobs of its PLAN_AXES set, as a sweep's variant of that "
+                        "label (quote it for the shell)")
+    add_cases_option(p)
     add_run_options(p)
     p.add_argument("--min-change", type=float, default=RatioRule.min_change, metavar="FRACTION",
                    help="smallest change a verdict calls faster or slower (default: %(default)s)")
@@ -80,6 +90,20 @@ def _checked(args: argparse.Namespace) -> RatioRule:
         raise UsageError(f"--min-change: {exc}") from exc
 
 
+def _settings(texts: list[str]) -> tuple[list[str], list[Requested]]:
+    """The contestants' references and knobs: ``NAME[KNOB=VALUE,...]`` (unless a file or folder of
+    that very name exists) is NAME with those knobs set."""
+    split = [(text, {}) if Path(text).exists() else split_setting(text) for text in texts]
+    return [ref for ref, _ in split], [requested for _, requested in split]
+
+
+def _labelled(contestant: Contestant, requested: Requested) -> Contestant:
+    """A knobbed contestant named as a sweep names that variant, ``blocked_wy[nb=32]``."""
+    if not requested:
+        return contestant
+    return replace(contestant, name=f"{contestant.name}[{','.join(f'{k}={v[0]}' for k, v in requested.items())}]")
+
+
 def _case_lines(comparison: Comparison, rule: RatioRule, told: int) -> list[str]:
     """One line per case finished since ``told``: each candidate's ratio to the baseline."""
     from evaluator.report.paired import ratio_text
@@ -106,9 +130,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from evaluator.run_command import setup, stopped
 
     rule = _checked(args)
+    try:
+        args.contestants, knobs = _settings(args.contestants)
+    except AxisError as exc:
+        raise UsageError(str(exc)) from exc
     plan = setup(args, Mode.BENCHMARK, pick_device(args.device))
+    plan = replace(plan, shapes=chosen_cases(plan.shapes, args.cases),
+                   contestants=[_labelled(c, k) for c, k in zip(plan.contestants, knobs, strict=True)])
     path = results_path(args, "compare", plan.shapes)
-    markdown = path.with_suffix(".md")
+    markdown = path.with_name(path.name.removesuffix(".gz").removesuffix(".json") + ".md")  # cmp.json(.gz) -> cmp.md
     shown: Feedback = feedback()
     shown.start(" vs ".join(unique_labels(plan.contestants)))
     told = [0]
@@ -126,7 +156,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         told[0] = len(comparison.orders)
 
     try:
-        comparison = run_comparison(plan.contestants, plan.shapes, plan.options, save, shown)
+        comparison = run_comparison(plan.contestants, plan.shapes, plan.options, save, shown, knobs=knobs)
+    except AxisError as exc:
+        shown.done()
+        raise UsageError(str(exc)) from exc
     except KeyboardInterrupt as stop:
         shown.done()
         return stopped(stop, path)

@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 
+from evaluator.axes import AxisError, Requested, Scalar, plain_axes, resolve
 from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
-from evaluator.execution import WorkerGone
+from evaluator.execution import KernelError, WorkerGone
 from evaluator.hardening.channel import new_key
 from evaluator.hardening.containment import contained_stage, prepare_checks, worker_scratch
 from evaluator.hardening.precheck import Precheck, precheck_file
@@ -43,7 +44,7 @@ from evaluator.modes import Mode
 from evaluator.paired import PairedCase, PairedSettings, compare_shapes
 from evaluator.paired_results import Comparison
 from evaluator.protocol import Harness
-from evaluator.remote import WorkerLink
+from evaluator.remote import RemoteExecutor, WorkerLink
 from evaluator.results import INTERRUPTED, RUNNING, CaseResult, RunResult
 from evaluator.runner import (
     ProgressFn,
@@ -131,14 +132,30 @@ class _Record:
         return Comparison(tuple(runs), orders, self.settings, round(wall_s, 3), breakdown, reason)
 
 
+def _set_knobs(executor: RemoteExecutor, label: str, requested: Requested) -> dict[str, Scalar]:
+    """Set a contestant's knobs in its worker (``NAME[KNOB=VALUE,...]``) and return their typed
+    values; a knob or value its ``PLAN_AXES`` does not declare is an AxisError naming it."""
+    reply = executor.axes()
+    if reply.get("axes") is None:
+        raise AxisError(f"{label}: {reply.get('problem', 'no plan axes')}")
+    params = {name: values[0] for name, values in resolve(label, requested, plain_axes(reply["axes"])).items()}
+    executor.configure(params)
+    return params
+
+
 def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options: RunOptions,
                    on_update: Callable[[Comparison], None] | None = None, on_progress: ProgressFn | None = None,
-                   rng: random.Random | None = None) -> Comparison:
+                   rng: random.Random | None = None, knobs: Sequence[Requested] | None = None) -> Comparison:
     """Compare ``contestants`` (the first is the baseline) on every benchmark case of ``shapes``,
     paired and interleaved (see the module docstring); ``on_update`` gets the comparison after
-    each case, and once more when it is stopped by Ctrl-C (then re-raised)."""
+    each case, and once more when it is stopped by Ctrl-C (then re-raised). ``knobs`` (one per
+    contestant, empty: its own plan) are set in each worker before anything is timed (the
+    contestant's ``configure``, :mod:`evaluator.axes`), so one kernel can be compared with itself
+    at other settings; an unknown knob raises AxisError before any case runs."""
     if len(contestants) < 2:
         raise ValueError(f"a comparison needs at least two contestants, got {len(contestants)}")
+    if knobs is not None and len(knobs) != len(contestants):
+        raise ValueError(f"knobs for {len(knobs)} contestants, but {len(contestants)} contestants")
     if options.compat:
         raise ValueError("a comparison runs hardened only: under --compat each kernel runs beside its own protocol")
     if options.discard_on_throttle:
@@ -186,11 +203,17 @@ def run_comparison(contestants: Sequence[Contestant], shapes: ShapeSet, options:
                     link.send_line(worker_job(contestants[j], _PLAN, shapes, options, key, scratch))
                     with ledger.timing("worker_start"):
                         link.ready()
-                    worker.harness, _ = hardened_harness(link, contestants[j], options, progress, ledger)
+                    worker.harness, executor = hardened_harness(link, contestants[j], options, progress, ledger)
+                    if knobs is not None and knobs[j]:
+                        record.runs[j] = replace(record.runs[j],
+                                                 params=_set_knobs(executor, contestants[j].name, knobs[j]))
                 except WorkerGone as gone:
                     worker.gone = gone
                     record.ended[j] = (gone.status, gone.reason)
                     left[j] = f"its worker did not start: {gone.reason}"
+                except KernelError as exc:  # the contestant's configure refused the setting
+                    record.ended[j] = ("error", f"configure raised: {exc}")
+                    left[j] = f"configure raised: {exc}"
             harnesses = [workers[j].harness if j in workers else None for j in range(len(contestants))]
             for paired in compare_shapes(harnesses, shapes, settings, rng or random.Random(), options.seed,
                                          progress, left):

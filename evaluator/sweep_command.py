@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evaluator.axes import AxisError, Requested, Variant, load_axes_file, parse_axis
 from evaluator.cli_args import (
@@ -20,14 +17,13 @@ from evaluator.cli_args import (
     EXIT_OK,
     OutputClosed,
     UsageError,
+    add_cases_option,
     add_run_options,
+    chosen_cases,
     pick_device,
     results_path,
 )
 from evaluator.modes import Mode
-
-if TYPE_CHECKING:
-    from evaluator.shapes import ShapeSet
 
 __all__ = ["register"]
 
@@ -48,9 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a knob and the values to try (on/off for booleans, none for None); repeat for a grid")
     p.add_argument("--axes", type=Path, metavar="FILE",
                    help="a YAML or JSON file of axes, e.g. {nb: [32, 64], two_columns: [on, off]}")
-    p.add_argument("--cases", metavar="LABEL,...",
-                   help="only these benchmark cases, by label; shell patterns match several "
-                        "(e.g. '20x32,640x512*': 20x32 and every 640x512 case)")
+    add_cases_option(p)
     add_run_options(p)
 
 
@@ -64,18 +58,6 @@ def _requested(args: argparse.Namespace) -> Requested:
     if not requested:
         raise AxisError("give at least one --axis NAME=V1,V2 (or --axes FILE)")
     return requested
-
-
-def _chosen_cases(shapes: ShapeSet, cases: str | None) -> ShapeSet:
-    """The shape set with only the benchmark cases ``--cases`` names or matches (all without it)."""
-    if cases is None:
-        return shapes
-    wanted = [w.strip() for w in cases.split(",") if w.strip()]
-    kept = tuple(c for c in shapes.benchmarks if any(fnmatch.fnmatchcase(c.label, w) for w in wanted))
-    if not kept:
-        labels = ", ".join(c.label for c in shapes.benchmarks)
-        raise UsageError(f"--cases {cases}: no benchmark case of {shapes.name} matches (its cases: {labels})")
-    return replace(shapes, benchmarks=kept)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -93,7 +75,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except AxisError as exc:
         raise UsageError(str(exc)) from exc
     plan = setup(args, Mode.BENCHMARK, pick_device(args.device))
-    shapes, (contestant,) = _chosen_cases(plan.shapes, args.cases), plan.contestants
+    shapes, (contestant,) = chosen_cases(plan.shapes, args.cases), plan.contestants
     path = results_path(args, "sweep", shapes)
     shown = feedback()
     shown.start(contestant.name)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,6 +26,7 @@ import torch
 
 from benchmarks import compare_h200
 from evaluator import protocol
+from evaluator.axes import AxisError, split_setting
 from evaluator.cli import main
 from evaluator.cli_args import EXIT_FAILED, EXIT_USAGE
 from evaluator.contestant import resolve_contestant
@@ -416,12 +418,63 @@ def test_a_refused_contestant_leaves_nothing_to_compare(tmp_path: Path) -> None:
     (["geqrf", "geqrf", "--discard-on-throttle"], "--discard-on-throttle: a comparison keeps every repeat"),
     (["geqrf", "geqrf", "--min-change", "-1"], "--min-change: min_change must be non-negative"),
     (["geqrf", "no_such_kernel"], "no_such_kernel: no such contestant"),
+    (["geqrf", "geqrf", "--cases", "999"], "--cases 999: no benchmark case of smoke matches"),
 ])
 def test_bad_command_lines_are_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str],
                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["compare", *args, "--device", "cpu"]) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+KNOBBED = str(FIXTURES / "knobbed.py")
+
+
+def test_a_setting_names_a_contestant_at_some_knob_values() -> None:
+    assert split_setting("blocked_wy[nb=32, two_columns=on]") == ("blocked_wy", {"nb": ("32",), "two_columns": ("on",)})
+    assert split_setting("blocked_wy") == ("blocked_wy", {})
+    assert split_setting("x/submission.py") == ("x/submission.py", {})
+    for bad, message in (("k[nb]", "expected NAME[KNOB=VALUE"), ("k[=3]", "expected NAME[KNOB=VALUE"),
+                         ("[nb=3]", "expected NAME[KNOB=VALUE"), ("k[nb=]", "expected NAME[KNOB=VALUE"),
+                         ("k[nb=3,nb=4]", "knob nb is given twice")):
+        with pytest.raises(AxisError, match=re.escape(message)):
+            split_setting(bad)
+
+
+@pytest.mark.slow
+def test_a_kernel_is_compared_with_itself_at_other_knob_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """NAME[KNOB=VALUE] sets the knobs in that contestant's worker only: the sleeping variant
+    reads slower than the same file at its own plan, on the one case --cases keeps."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["compare", KNOBBED, f"{KNOBBED}[sleep_ms=20]", "--shapes", str(TINY), "--cases", "2x8",
+                 "--device", "cpu", "--no-precheck", "--budget", "5", "--repeats", "4", "--json", "cmp.json.gz"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    comparison = load_comparison(tmp_path / "cmp.json.gz")
+    assert [(r.contestant["name"], r.params) for r in comparison.runs] == [
+        ("knobbed", {}), ("knobbed[sleep_ms=20]", {"sleep_ms": 20})]
+    assert [c.case.label for c in comparison.runs[0].stage("benchmark").cases] == ["2x8"]
+    (summary,) = comparison.summary(RatioRule())
+    assert summary.geomean.verdict == SLOWER
+    assert "| knobbed[sleep_ms=20] | pass" in (tmp_path / "cmp.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("knob", "code", "message"), [
+    ("sleep=5", EXIT_USAGE, "knobbed[sleep=5]: no axis 'sleep' (its PLAN_AXES: sleep_ms)"),
+    ("sleep_ms=7", EXIT_USAGE, "knobbed[sleep_ms=7]: axis sleep_ms: '7' is not one of 0, 5, 20, -1"),
+    ("sleep_ms", EXIT_USAGE, "expected NAME[KNOB=VALUE,...]"),
+    ("sleep_ms=-1", EXIT_FAILED, "configure raised: ValueError: sleep_ms must not be negative, got -1"),
+])
+def test_a_setting_the_kernel_does_not_take_is_refused(knob: str, code: int, message: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", KNOBBED, f"{KNOBBED}[{knob}]", "--shapes", str(TINY), "--device", "cpu",
+                 "--no-precheck", "--budget", "1", "--repeats", "2", "--json", "cmp.json"]) == code
+    captured = capsys.readouterr()
+    assert message in captured.err + captured.out
 
 
 def test_a_kernel_compared_with_itself_is_two_contestants() -> None:
