@@ -40,6 +40,7 @@ __all__ = [
     "load_axes_file",
     "parse_axis",
     "plain_axes",
+    "replied_axes",
     "resolve",
     "setting_text",
     "split_setting",
@@ -111,6 +112,14 @@ def plain_axes(axes: object) -> dict[str, list[Scalar]]:
                             f"None, and at least one, got {values!r:.80}")
         out[name] = plain
     return out
+
+
+def replied_axes(contestant: str, reply: Mapping[str, Any]) -> dict[str, list[Scalar]]:
+    """The ``PLAN_AXES`` a worker's :func:`axes_reply` carries, checked as data; an
+    :class:`AxisError` naming ``contestant`` when it carries the problem instead."""
+    if reply.get("axes") is None:
+        raise AxisError(f"{contestant}: {reply.get('problem', 'no plan axes')}")
+    return plain_axes(reply["axes"])
 
 
 def axes_reply(kernel: Callable[..., object]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from evaluator.axes import AxisError, Requested, Scalar, plain_axes, resolve
+from evaluator.axes import Requested, Scalar, replied_axes, resolve
 from evaluator.contestant import Contestant
 from evaluator.environment import fingerprint
 from evaluator.execution import KernelError, WorkerGone
@@ -135,10 +135,8 @@ class _Record:
 def _set_knobs(executor: RemoteExecutor, label: str, requested: Requested) -> dict[str, Scalar]:
     """Set a contestant's knobs in its worker (``NAME[KNOB=VALUE,...]``) and return their typed
     values; a knob or value its ``PLAN_AXES`` does not declare is an AxisError naming it."""
-    reply = executor.axes()
-    if reply.get("axes") is None:
-        raise AxisError(f"{label}: {reply.get('problem', 'no plan axes')}")
-    params = {name: values[0] for name, values in resolve(label, requested, plain_axes(reply["axes"])).items()}
+    declared = replied_axes(label, executor.axes())
+    params = {name: values[0] for name, values in resolve(label, requested, declared).items()}
     executor.configure(params)
     return params
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from evaluator.axes import AxisError, Requested, Variant, plain_axes, resolve, variant_count, variants
+from evaluator.axes import AxisError, Requested, Variant, replied_axes, resolve, variant_count, variants
 from evaluator.contestant import Contestant
 from evaluator.execution import KernelError
 from evaluator.hardening.precheck import Precheck, precheck_file
@@ -76,10 +76,7 @@ class _Sweep:
     def cases(self, harness: Harness, executor: RemoteExecutor) -> Iterator[CaseResult]:
         """The stage's cases: every variant's benchmark pass, configured first (a
         :class:`~evaluator.runner.CaseSource`)."""
-        reply = executor.axes()
-        if reply.get("axes") is None:
-            raise AxisError(f"{self.contestant.name}: {reply.get('problem', 'no plan axes')}")
-        declared = plain_axes(reply["axes"])
+        declared = replied_axes(self.contestant.name, executor.axes())
         self.grid = variants(self.contestant.name, resolve(self.contestant.name, self.requested, declared))
         progress = harness.progress
         for k, variant in enumerate(self.grid):
