@@ -19,7 +19,7 @@ from typing import Any
 
 from evaluator.documents import read_json
 from evaluator.paired_stats import RatioEstimate, RatioRule
-from evaluator.results import CaseResult, ResultsError, RunResult, load_results, write_results
+from evaluator.results import CaseResult, ResultsError, RunResult, results_from, write_results
 
 __all__ = ["SCHEMA_VERSION", "CandidateSummary", "Comparison", "load_comparison", "write_comparison"]
 
@@ -126,10 +126,11 @@ def _check_orders(path: Path, runs: Sequence[RunResult], orders: Orders) -> None
 
 
 def load_comparison(path: Path) -> Comparison:
-    """Read a comparison file: its runs through :func:`~evaluator.results.load_results` (migrated
+    """Read a comparison file: its runs through :func:`~evaluator.results.results_from` (migrated
     as any results file), then its ``comparison`` section, checked against them."""
-    runs = tuple(load_results(path))
-    section = read_json(path, ResultsError).get(SECTION)
+    doc = read_json(path, ResultsError)
+    runs = tuple(results_from(doc, path))
+    section = doc.get(SECTION)
     if not isinstance(section, dict):
         raise ResultsError(f"{path}: a results file without a comparison (written by qrbench compare)")
     version = section.get("schema_version")

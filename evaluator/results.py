@@ -36,6 +36,7 @@ __all__ = [
     "StageResult",
     "load_results",
     "now_iso",
+    "results_from",
     "write_results",
 ]
 
@@ -389,7 +390,12 @@ _MIGRATIONS: dict[int, Any] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 def load_results(path: Path) -> list[RunResult]:
     """Read a results file, migrating it to the current schema."""
-    doc = read_json(path, ResultsError)
+    return results_from(read_json(path, ResultsError), path)
+
+
+def results_from(doc: Any, path: Path) -> list[RunResult]:
+    """The runs of a results document read from ``path`` (named in errors), migrated to the
+    current schema: for readers that need the document's other sections too."""
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise ResultsError(f"{path}: not a qrbench results file (no kind: {KIND})")
     version = doc.get("schema_version")
