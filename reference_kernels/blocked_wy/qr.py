@@ -197,9 +197,8 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     (1023, Plan(nb=32, leaf=32, update="tf32x3", panel_warps=4, tiles=FUSED_ROWS_64, trim=True)),
     # 60x1024: nb 32 (6.07-6.16 vs 6.25 ms, §W3), no top tile (§W4), pairs (a tie, §W6), the update in
     # one launch with 64-row steps (5.20 vs 5.30; 5.30 vs 5.76 for two launches, §W11). Four panel
-    # warps: faster than eight on all three 60x1024 cases in paired blocks on an H100, 0.964 [0.962,
-    # 0.966] of their time (reports/h100/2026-12-07-blocked_wy-compare-la1024.md, §W28; the compare's
-    # rule: a 99% interval clear of 1 and a change of 1% at least); two warps 14.4 ms in an H200 sweep.
+    # warps: the compare's rule (faster: a 99% interval clear of 1 and a change of 1% at least) on all
+    # three 60x1024 cases against eight (reports/h100/2026-12-07-blocked_wy-compare-la1024.md, §W28).
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=4,
                 tiles=FUSED_ROWS_64)),
     # 8x2048: 128-column panels with the cuBLAS split-TF32 update (§W4, §W11), factored by Gram-route
