@@ -1,13 +1,14 @@
-"""How far each way of building Q moves the checker's figures from the published one's.
+"""How far the fast checker's Q moves the checker's figures from the published Q's.
 
 Run from the repo root: ``python -m benchmarks.q_rounding [--device cpu|cuda] [--out FILE]``. For
 each size and case type the output of ``torch.geqrf`` on one generated batch is turned into Q
-three ways: ``torch.linalg.householder_product`` (what the contest's checker calls: LAPACK's
-``orgqr`` on the CPU, cuSOLVER's on a GPU), the float32 blocked product (``householder_q``, the
-``blocked`` method) and the fast path's (:func:`reference.checker.fast_q`: float64 block steps
-from n = 128). Each Q gets the published gates' two figures in float64 (scaled factor residual
-and orthogonality, n·eps; the gates are 20 and 100). The table gives the published figures and
-each other Q's difference from them; the last row the largest magnitude of each column.
+two ways: ``torch.linalg.householder_product`` (what the contest's checker calls: LAPACK's
+``orgqr`` on the CPU, cuSOLVER's on a GPU) and the float32 blocked product the fast path and the
+``blocked`` method use (:func:`reference.householder.householder_q`). Each Q gets the published
+gates' two figures in float64 (scaled factor residual and orthogonality, n·eps; the gates are 20
+and 100): the fast path trusts a pass under half a gate, so these differences are its margin's
+measure at the sizes the corpus does not reach (it stops at n = 96). The table gives the
+published figures and the blocked Q's difference from them; the last row the largest magnitudes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from tabulate import tabulate
 
 from benchmarks.note import machine_line, publish
 from reference import generate_input
-from reference.checker import fast_q
 from reference.householder import householder_q
 
 SIZES = ((4, 128), (4, 176), (3, 352), (3, 512), (2, 1024), (1, 2048))
@@ -46,25 +46,24 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--out", type=Path, help="Markdown file to write the table to")
     args = parser.parse_args()
-    rows, worst = [], [0.0] * 4
+    rows, worst = [], [0.0] * 2
     for batch, n in SIZES:
         for case in LARGE_CASES if n >= 1024 else CASES:
             cond = 2 if case in ("dense", "mixed") else 0
             a = generate_input(batch, n, cond, 11, case=case, device=args.device)
             h, tau = torch.geqrf(a)
             published = figures(a, h, torch.linalg.householder_product(h, tau))
-            diffs = [mine - theirs for q in (householder_q(h, tau), fast_q(h, tau))
-                     for mine, theirs in zip(figures(a, h, q), published, strict=True)]
+            blocked = figures(a, h, householder_q(h, tau))
+            diffs = [mine - theirs for mine, theirs in zip(blocked, published, strict=True)]
             worst = [max(w, abs(d)) for w, d in zip(worst, diffs, strict=True)]
             rows.append([f"{batch}x{n}", case, f"{published[0]:.3f}", f"{published[1]:.3f}",
                          *(f"{d:+.3f}" for d in diffs)])
             print(*rows[-1], file=sys.stderr, flush=True)
     rows.append(["largest", "", "", "", *(f"{w:.3f}" for w in worst)])
-    headers = ["shape", "case", "published factor", "published orth.", "float32 blocked: factor", "orth.",
-               "fast path: factor", "orth."]
+    headers = ["shape", "case", "published factor", "published orth.", "blocked Q: factor", "blocked Q: orth."]
     table = tabulate(rows, headers=headers, tablefmt="github")
-    header = (f"Checker figures (n·eps) of three Qs of the same geqrf factors, as differences from the "
-              f"published Q's, {machine_line(args.device)}.")
+    header = (f"Checker figures (n·eps) of the published and the blocked Q of the same geqrf factors, "
+              f"{machine_line(args.device)}.")
     publish("Q's rounding in the checker's figures", header, table,
             f"python -m benchmarks.q_rounding --device {args.device}", args.out)
     return 0

@@ -25,7 +25,7 @@ from typing import Literal
 
 import torch
 
-from reference.householder import default_block, householder_q, householder_q_f64_steps, reflector_blocks
+from reference.householder import householder_q
 
 __all__ = [
     "FACTOR_RTOL_FACTOR",
@@ -35,7 +35,6 @@ __all__ = [
     "check",
     "check_implementation",
     "fast_figures",
-    "fast_q",
     "prepare",
     "verdict",
 ]
@@ -251,42 +250,16 @@ def _fast_residuals(
     a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per matrix: ``||A||_1``, ``||R - Q^T A||_1``, ``||tril(Q^T A, -1)||_1``, ``||Q^T Q - I||_1``
-    and (``reconstruction``) ``||QR - A||_1``, with Q from :func:`fast_q` and every product
+    and (``reconstruction``) ``||QR - A||_1``, with Q from the blocked product and every product
     in float64: fused Triton kernels on CUDA (imported on first use, so that the interpreter
     setting in force then decides how they run), torch elsewhere (:func:`_fused_kernels_run_on`)."""
-    q = fast_q(h, tau)
+    with _ieee_fp32_matmul():
+        q = householder_q(h, tau)
     if _fused_kernels_run_on(q.device):
         from reference.checker_kernels import residual_norms
 
         return residual_norms(a, h, q, reconstruction)
     return _torch_residuals(a, h, q, reconstruction)
-
-
-STEP_BLOCK_MIN = 16
-"""The narrowest block of reflectors the fast path's Q applies with float64 products (``tl.dot``'s
-least width): from n = 128, where :func:`reference.householder.default_block` reaches it."""
-
-
-def fast_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """The fast path's Q: from n = 128 each block of reflectors applied with float64 products
-    (:func:`reference.householder.householder_q_f64_steps`; by :mod:`reference.householder_kernels`
-    where the residual kernels run), below that the float32 blocked product, whose smaller blocks
-    follow LAPACK's unblocked rounding there."""
-    n = h.shape[-1]
-    with _ieee_fp32_matmul():
-        if default_block(n) < STEP_BLOCK_MIN:
-            return householder_q(h, tau)
-        if not _fused_kernels_run_on(h.device):
-            return householder_q_f64_steps(h, tau, min(default_block(n), 64))
-        from reference.checker_kernels import largest_tile
-        from reference.householder_kernels import apply_blocks
-
-        block = min(default_block(n), largest_tile(torch.cuda.get_device_capability(h.device)))
-        _, t = reflector_blocks(h, tau, block)
-        q = torch.zeros_like(h, memory_format=torch.contiguous_format)
-        q.diagonal(dim1=-2, dim2=-1).fill_(1.0)
-        apply_blocks(q, h.contiguous(), t.contiguous())
-        return q
 
 
 def _fused_kernels_run_on(device: torch.device) -> bool:
@@ -332,7 +305,6 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
             continue
         for batch in (1, 2):
             eye = torch.eye(n, device=device).expand(batch, n, n).contiguous()
-            fast_q(eye, eye.new_zeros(batch, n))
             residual_norms(eye, eye, eye, reconstruction=True)
         torch.cuda.synchronize(device)
         _PREPARED.add((device, n))

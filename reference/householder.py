@@ -6,25 +6,14 @@ kernel is fast (0.24 s at 640x512 on an H200, docs/problem.md §6). Here Q is bu
 blocked ``orgqr`` does, but for the whole batch in a fixed number of launches: reflectors are
 grouped in blocks of ``block`` columns, each block becomes ``I - V T V^T`` (compact WY, T as
 in ``larft``), and the blocks are applied right to left with batched matrix products.
-:func:`householder_q` keeps every product in float32, as the contest's checker does;
-:func:`householder_q_f64_steps`, the fast checker's, computes each block's products in float64
-and rounds Q to float32 once per block.
+Everything stays in float32, as in the contest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 
-__all__ = [
-    "default_block",
-    "householder_q",
-    "householder_q_f64_steps",
-    "reflector_blocks",
-    "triangles_from_gram",
-    "wy_triangles",
-]
+__all__ = ["default_block", "householder_q", "triangles_from_gram", "wy_triangles"]
 
 
 def default_block(n: int) -> int:
@@ -106,67 +95,34 @@ def _block_gram(v: torch.Tensor, j0: int, block: int) -> torch.Tensor:
     return torch.bmm(vj.transpose(1, 2), vj)
 
 
-def _check_factors(h: torch.Tensor, tau: torch.Tensor, block: int) -> None:
+def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """Q = H_1 H_2 ... H_n for each matrix of the batch, in float32 (the contract of
+    ``torch.linalg.householder_product(h, tau)`` for square ``h``)."""
     if h.dim() != 3 or h.shape[-1] != h.shape[-2]:
         raise ValueError(f"h must be batch x n x n, got {tuple(h.shape)}")
     if tau.shape != h.shape[:2]:
         raise ValueError(f"tau must be {tuple(h.shape[:2])}, got {tuple(tau.shape)}")
+    batch, n, _ = h.shape
+    block = default_block(n) if block is None else block
     if block <= 0 or block & (block - 1):
         raise ValueError(f"block must be a positive power of two, got {block}")
 
-
-def reflector_blocks(h: torch.Tensor, tau: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """V (unit lower trapezoidal, zero-padded to whole blocks) and each block's T
-    (batch x blocks x block x block), both in h's dtype: the blocked product's ingredients."""
-    batch, n, _ = h.shape
     blocks = -(-n // block)
     width = blocks * block  # pad with identity reflectors (v = 0, tau = 0) to whole blocks
     v = _unit_lower(h, width)
-    # Rows above a block's first column are zero in V, so each block's Gram matrix needs only
-    # the rows from that column down.
+    tau_padded = _padded_tau(tau, width)
+    # Rows above a block's first column are zero in V, so each block's Gram matrix (for T) and
+    # product below need only the rows from that column down.
+    v_blocks = v.view(batch, n, blocks, block).movedim(2, 1)  # batch x blocks x n x block (a view)
     grams = torch.stack([_block_gram(v, j * block, block) for j in range(blocks)], dim=1)
-    return v, triangles_from_gram(grams, _padded_tau(tau, width).view(batch, blocks, block))
+    t = triangles_from_gram(grams, tau_padded.view(batch, blocks, block))
 
-
-def _trailing_blocks(v: torch.Tensor, block: int) -> Iterator[tuple[torch.Tensor, int]]:
-    """Each block's columns of V from its first row down, with that row's index, right to left:
-    the order in which ``Q <- (I - V T V^T) Q`` folds them into Q[j0:, j0:] (every block to the
-    right has already been folded in there)."""
-    batch, n, width = v.shape
-    v_blocks = v.view(batch, n, width // block, block).movedim(2, 1)  # batch x blocks x n x block (a view)
-    for j in reversed(range(width // block)):
-        yield v_blocks[:, j, j * block:, :], j * block
-
-
-def householder_q(h: torch.Tensor, tau: torch.Tensor, block: int | None = None) -> torch.Tensor:
-    """Q = H_1 H_2 ... H_n for each matrix of the batch, in h's dtype (the contract of
-    ``torch.linalg.householder_product(h, tau)`` for square ``h``)."""
-    block = default_block(h.shape[-1]) if block is None else block
-    _check_factors(h, tau, block)
-    v, t = reflector_blocks(h, tau, block)
     q = _identity_like(h)
-    for vj, j0 in _trailing_blocks(v, block):
+    # Right to left: Q <- (I - V T V^T) Q touches rows and columns j0: only, since every block
+    # to the right has already been folded into Q[j0:, j0:].
+    for j in reversed(range(blocks)):
+        j0 = j * block
+        vj = v_blocks[:, j, j0:, :]
         trailing = q[:, j0:, j0:]
-        trailing.baddbmm_(vj, t[:, j0 // block] @ (vj.transpose(-1, -2) @ trailing), alpha=-1.0)  # in place
-    return q
-
-
-def householder_q_f64_steps(h: torch.Tensor, tau: torch.Tensor, block: int) -> torch.Tensor:
-    """:func:`householder_q` for float32 factors with each block's products in float64, Q
-    rounded to float32 once per block (T stays float32, as there).
-
-    The fast checker's Q from n = 128 (its CUDA path is :mod:`reference.householder_kernels`):
-    fewer roundings than float32 products, and on a GPU tensor-core arithmetic. On qr_v2's
-    case types at 512 and 1024 its orthogonality figures lie closer to LAPACK's ``orgqr`` than the
-    float32 product's (``reports/checker_speed.md``).
-    """
-    _check_factors(h, tau, block)
-    v, t = reflector_blocks(h, tau, block)
-    t = t.double()
-    q = _identity_like(h)
-    for vj, j0 in _trailing_blocks(v, block):
-        vj = vj.double()
-        trailing = q[:, j0:, j0:]
-        w = t[:, j0 // block] @ (vj.transpose(-1, -2) @ trailing.double())
-        trailing.copy_(torch.baddbmm(trailing.double(), vj, w, alpha=-1.0))
+        trailing.baddbmm_(vj, t[:, j] @ (vj.transpose(-1, -2) @ trailing), alpha=-1.0)  # in place, no temporary
     return q
