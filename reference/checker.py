@@ -36,6 +36,7 @@ __all__ = [
     "check_implementation",
     "fast_figures",
     "prepare",
+    "torch_residuals",
     "verdict",
 ]
 
@@ -244,6 +245,17 @@ def _torch_residuals(
     del gram
     recon = _column_sum_max(torch.baddbmm(a64, q64, r64, beta=-1.0)) if reconstruction else None
     return _column_sum_max(a64), factor, triangular, orthogonality, recon
+
+
+def torch_residuals(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The gates' norms by torch alone, as the fast path computes them off CUDA: Q by the blocked
+    product in IEEE float32, every product of the residuals in float64 (no verdict, no figures).
+
+    A hardened worker runs this between timed repeats (:mod:`evaluator.worker`, ``settle``): the
+    same cuBLAS float32 and float64 products the contest's check runs in the kernel's process."""
+    with _ieee_fp32_matmul():
+        q = householder_q(h, tau)
+    return _torch_residuals(a, h, q, reconstruction=False)
 
 
 def _fast_residuals(
