@@ -298,9 +298,9 @@ class RemoteExecutor:
 
     def __init__(self, link: WorkerLink, device: torch.device, arena: HandoverArena, rules: bool,
                  clock: Callable[[], int] = time.perf_counter_ns, ledger: Ledger | None = None,
-                 settle: bool | None = None) -> None:
+                 mirror: bool | None = None) -> None:
         self.link = link
-        self.settle = device.type == "cuda" if settle is None else settle
+        self.mirror = device.type == "cuda" if mirror is None else mirror
         self.ledger = ledger or Ledger()
         self.device = device
         self.arena = arena
@@ -401,11 +401,11 @@ class RemoteExecutor:
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
         """One timed repeat of ``handed``'s calls (``install`` lays its fresh content in first).
         With ``deliver`` the outputs come back to be checked, and before the repeat the worker
-        repeats the last check in its own process (``settle``, on CUDA), as the contest's process
+        repeats the last check in its own process (a mirror check, on CUDA), as the contest's process
         has just checked there: outside the witness, so the rule ``parent-clock`` does not see it."""
-        if deliver and self.settle:
-            with self.ledger.timing("settle"):
-                self.link.ask({"op": "settle", "id": _binding(handed).token}, "settled")
+        if deliver and self.mirror:
+            with self.ledger.timing("mirror_check"):
+                self.link.ask({"op": "mirror", "id": _binding(handed).token}, "mirrored")
         witnessed = self._witness(handed, install, deliver)
         reply = witnessed.reply
         binding = _binding(handed)

@@ -62,8 +62,8 @@ milliseconds; past this the worker blocks, so an idle worker costs no core. Only
 CPU run the polling worker takes a core the parent's checks need (same report, "Why only on CUDA")."""
 
 
-SETTLE_BYTES_PER_ELEMENT = 56
-"""Device memory a settle needs per input element: five float64 and three float32 temporaries of
+MIRROR_BYTES_PER_ELEMENT = 56
+"""Device memory a mirror check needs per input element: five float64 and three float32 temporaries of
 the check's size (``reference.checker.torch_residuals``). A worker with less free skips it."""
 
 # Bound before any contestant is imported, as the timer's functions are (evaluator.measure.timing).
@@ -167,23 +167,23 @@ class _Server:
         synchronize()
         return {"event": "returned", "form": form, "table": table}
 
-    def _settle(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _mirror(self, message: dict[str, Any]) -> dict[str, Any]:
         """Check the batch's last outputs again here, the result unused, before the next timed repeat.
 
         The contest checks each repeat's outputs in the kernel's own process; the kernel's next
         repeat runs 1-3% slower after that work in its process than after the same work in the
-        hardened parent's (an H100, ``reports/h100/2026-12-07-settle.md``), so the worker repeats
+        hardened parent's (an H100, ``reports/h100/2026-12-07-mirror-check.md``), so the worker repeats
         the parent's check here, outside every timed region and witness."""
         inputs, outputs = self.handed[message["id"]]
         if self.device.type != "cuda":
-            return {"event": "settled", "ran": False}
-        need = SETTLE_BYTES_PER_ELEMENT * sum(a.numel() for a in inputs)
+            return {"event": "mirrored", "ran": False}
+        need = MIRROR_BYTES_PER_ELEMENT * sum(a.numel() for a in inputs)
         if _free_device_bytes(self.device)[0] < need:
-            return {"event": "settled", "ran": False}
+            return {"event": "mirrored", "ran": False}
         for a, (h, tau) in zip(inputs, outputs, strict=True):
             _check_products(a, h, tau)
         synchronize()
-        return {"event": "settled", "ran": True}
+        return {"event": "mirrored", "ran": True}
 
     def _timed(self, message: dict[str, Any]) -> dict[str, Any]:
         inputs, outputs = self.handed.get(message["id"], ([], []))

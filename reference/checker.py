@@ -251,7 +251,7 @@ def torch_residuals(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> tupl
     """The gates' norms by torch alone, as the fast path computes them off CUDA: Q by the blocked
     product in IEEE float32, every product of the residuals in float64 (no verdict, no figures).
 
-    A hardened worker runs this between timed repeats (:mod:`evaluator.worker`, ``settle``): the
+    A hardened worker runs this between timed repeats (:mod:`evaluator.worker`, its mirror check): the
     same cuBLAS float32 and float64 products the contest's check runs in the kernel's process."""
     with _ieee_fp32_matmul():
         q = householder_q(h, tau)

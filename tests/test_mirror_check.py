@@ -1,5 +1,5 @@
 """Before a checked timed repeat the hardened worker repeats the parent's check in its own process
-(``settle``): outside the witness, only where outputs are checked, and leaving every buffer as it was."""
+(a mirror check): outside the witness, only where outputs are checked, and leaving every buffer as it was."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from reference.checker import torch_residuals
 
 CPU = torch.device("cpu")
 PAIR = {"pair": True, "items": [{"kind": "buffer"}, {"kind": "buffer"}], "problem": None}
-SETTLE_NS = 7_000_000
+MIRROR_NS = 7_000_000
 REPEAT_NS = 1_000_000
 
 
 class _RecordingWorker:
-    """A worker link that records the commands it is sent; a settle takes 7 ms and a timed
+    """A worker link that records the commands it is sent; a mirror check takes 7 ms and a timed
     repeat 1 ms of the clock the executor and its ledger read."""
 
     def __init__(self) -> None:
@@ -41,8 +41,8 @@ class _RecordingWorker:
     def ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
         self.ops.append(message["op"])
         reply: dict[str, Any] = {"event": expect, "elapsed_ns": 0.0, "tail_ns": 0.0}
-        if message["op"] == "settle":
-            self.now += SETTLE_NS
+        if message["op"] == "mirror":
+            self.now += MIRROR_NS
         elif message["op"] == "timed":
             self.now += REPEAT_NS
             if message["deliver"] and not message["builtin"]:
@@ -50,38 +50,38 @@ class _RecordingWorker:
         return reply
 
 
-def _executor(settle: bool | None) -> tuple[RemoteExecutor, _RecordingWorker]:
+def _executor(mirror: bool | None) -> tuple[RemoteExecutor, _RecordingWorker]:
     link = _RecordingWorker()
     executor = RemoteExecutor(link, CPU, HandoverArena(CPU), rules=True, clock=link.clock,  # type: ignore[arg-type]
-                              ledger=Ledger(clock=link.seconds), settle=settle)
+                              ledger=Ledger(clock=link.seconds), mirror=mirror)
     executor.calibrate()
     return executor, link
 
 
-def test_a_checked_repeat_is_settled_first_and_outside_the_witness() -> None:
-    executor, link = _executor(settle=True)
+def test_a_checked_repeat_is_mirror_checked_first_and_outside_the_witness() -> None:
+    executor, link = _executor(mirror=True)
     handed = executor.hand([torch.zeros(2, 4, 4)])
     link.ops.clear()
     measurement, outputs = executor.timed(handed, lambda: None, deliver=True)
-    assert link.ops == ["settle", "timed"]
+    assert link.ops == ["mirror", "timed"]
     assert len(outputs) == 1
-    assert measurement.witness_ns == REPEAT_NS  # the settle's 7 ms are not the repeat's
-    assert executor.ledger.seconds["settle"] == pytest.approx(SETTLE_NS / 1e9)
+    assert measurement.witness_ns == REPEAT_NS  # the mirror check's 7 ms are not the repeat's
+    assert executor.ledger.seconds["mirror_check"] == pytest.approx(MIRROR_NS / 1e9)
 
 
-def test_an_unchecked_repeat_is_not_settled() -> None:
+def test_an_unchecked_repeat_gets_no_mirror_check() -> None:
     """The contest's warm-up passes check nothing between repeats: nothing to repeat there."""
-    executor, link = _executor(settle=True)
+    executor, link = _executor(mirror=True)
     handed = executor.hand([torch.zeros(2, 4, 4)])
     link.ops.clear()
     executor.timed(handed, lambda: None, deliver=False)
     assert link.ops == ["timed"]
-    assert executor.ledger.seconds["settle"] == 0.0
+    assert executor.ledger.seconds["mirror_check"] == 0.0
 
 
-def test_settling_is_for_gpus_unless_asked() -> None:
-    """On the CPU there is no device state to set: by default no settle is sent there."""
-    executor, link = _executor(settle=None)
+def test_mirror_checks_are_for_gpus_unless_asked() -> None:
+    """On the CPU there is no device state to set: by default no mirror check is asked for there."""
+    executor, link = _executor(mirror=None)
     handed = executor.hand([torch.zeros(2, 4, 4)])
     link.ops.clear()
     executor.timed(handed, lambda: None, deliver=True)
@@ -99,15 +99,15 @@ def _handed(device: str) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, t
     return [a], [(h.contiguous(), tau)]
 
 
-def test_a_cpu_worker_runs_no_settle() -> None:
+def test_a_cpu_worker_runs_no_mirror_check() -> None:
     server = _server("cpu")
     server.handed[0] = _handed("cpu")
-    assert server._settle({"id": 0}) == {"event": "settled", "ran": False}
+    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False}
 
 
-def test_the_settles_products_leave_inputs_and_outputs_as_they_were() -> None:
+def test_the_mirror_checks_products_leave_inputs_and_outputs_as_they_were() -> None:
     """The parent compares outputs with copies it took at the report (rule ``settled``), and the
-    next repeat's input buffers are rewritten anyway: a settle must write neither."""
+    next repeat's input buffers are rewritten anyway: a mirror check must write neither."""
     inputs, outputs = _handed("cpu")
     before = [t.clone() for t in (inputs[0], *outputs[0])]
     norms = torch_residuals(inputs[0], *outputs[0])
@@ -117,12 +117,12 @@ def test_the_settles_products_leave_inputs_and_outputs_as_they_were() -> None:
 
 
 @pytest.mark.gpu
-def test_a_gpu_worker_settles_with_its_buffers_unchanged() -> None:
+def test_a_gpu_worker_mirror_checks_with_its_buffers_unchanged() -> None:
     server = _server("cuda")
     inputs, outputs = _handed("cuda")
     before = [t.clone() for t in (inputs[0], *outputs[0])]
     server.handed[0] = (inputs, outputs)
-    assert server._settle({"id": 0}) == {"event": "settled", "ran": True}
+    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": True}
     for kept, now in zip(before, (inputs[0], *outputs[0]), strict=True):
         assert torch.equal(kept, now)
 
@@ -132,4 +132,4 @@ def test_a_gpu_worker_without_room_for_the_check_skips_it(monkeypatch: pytest.Mo
     server = _server("cuda")
     server.handed[0] = _handed("cuda")
     monkeypatch.setattr(worker, "_free_device_bytes", lambda device: (1024, 1 << 40))
-    assert server._settle({"id": 0}) == {"event": "settled", "ran": False}
+    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False}
