@@ -93,10 +93,10 @@ def _server(device: str) -> worker._Server:
     return worker._Server(job, out=None)  # type: ignore[arg-type]
 
 
-def _handed(device: str) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    a = generate_input(3, 40, 2, 8, device=device)
-    h, tau = torch.geqrf(a)
-    return [a], [(h.contiguous(), tau)]
+def _handed(device: str, count: int = 1) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    inputs = [generate_input(3, 40, 2, 8 + i, device=device) for i in range(count)]
+    outputs = [(h.contiguous(), tau) for h, tau in map(torch.geqrf, inputs)]
+    return inputs, outputs
 
 
 def test_a_cpu_worker_runs_no_mirror_check() -> None:
@@ -117,13 +117,16 @@ def test_the_mirror_checks_products_leave_inputs_and_outputs_as_they_were() -> N
 
 
 @pytest.mark.gpu
-def test_a_gpu_worker_mirror_checks_with_its_buffers_unchanged() -> None:
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_gpu_worker_mirror_checks_with_its_buffers_unchanged(count: int) -> None:
+    """One input, or several (checked as one stack, as the parent checks them)."""
     server = _server("cuda")
-    inputs, outputs = _handed("cuda")
-    before = [t.clone() for t in (inputs[0], *outputs[0])]
+    inputs, outputs = _handed("cuda", count)
+    buffers = [*inputs, *(t for pair in outputs for t in pair)]
+    before = [t.clone() for t in buffers]
     server.handed[0] = (inputs, outputs)
     assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": True}
-    for kept, now in zip(before, (inputs[0], *outputs[0]), strict=True):
+    for kept, now in zip(before, buffers, strict=True):
         assert torch.equal(kept, now)
 
 
