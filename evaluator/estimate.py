@@ -190,7 +190,8 @@ PilotSource = Callable[[Harness, Executor], Iterator[CaseResult]]
 @dataclass(frozen=True)
 class _Pass:
     """One pilot pass over a case: its result, the timed loop's wall time after each of its
-    repeats, and the seconds it took in all and in the checker."""
+    repeats, and the seconds it took in all and checking (the parent's checks and the worker's
+    mirror checks: what a pass without recheck does not pay)."""
 
     result: CaseResult
     elapsed_s: tuple[float, ...]
@@ -214,13 +215,17 @@ def _timed(h: Harness, index: int, case: Case, settings: BenchSettings, timing: 
         forward(event)
 
     h.progress = watch
-    checked_before = h.ledger.seconds["check"]
+    checked_before = _checking_s(h)
     start = time.perf_counter()
     try:
         result = benchmark_case(h, index, case, settings, timing)
     finally:
         h.progress = forward
-    return _Pass(result, tuple(elapsed), time.perf_counter() - start, h.ledger.seconds["check"] - checked_before)
+    return _Pass(result, tuple(elapsed), time.perf_counter() - start, _checking_s(h) - checked_before)
+
+
+def _checking_s(h: Harness) -> float:
+    return h.ledger.seconds["check"] + h.ledger.seconds["mirror_check"]
 
 
 def more_repeats(samples_ns: Sequence[float], elapsed_s: Sequence[float], repeats: int,
