@@ -29,10 +29,11 @@ from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
 
 
-def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool) -> tuple[RunResult, float]:
+def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool,
+               mirror_check: bool = False) -> tuple[RunResult, float]:
     shapes = resolve_shapes(shapes_name)
     start = time.monotonic()
-    options = RunOptions(device=device, compat=compat)
+    options = RunOptions(device=device, compat=compat, mirror_check=mirror_check and not compat)
     run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options)
     return run, time.monotonic() - start
 
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=Path, default=Path("results/time-to-verdict.json"))
     parser.add_argument("--protocols", choices=("both", "hardened", "compat"), default="both")
+    parser.add_argument("--mirror-check", action="store_true",
+                        help="the hardened run with mirror checks (the worker runs each check again first)")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     shapes = args.shapes or ("qr_v2" if device == "cuda" else "smoke")
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = {"both": (False, True), "hardened": (False,), "compat": (True,)}[args.protocols]
     runs: dict[bool, tuple[RunResult, float]] = {}
     for compat in chosen:  # saved after each, so a cut-off second run loses only itself
-        runs[compat] = _timed_run(args.contestant, shapes, device, compat)
+        runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check)
         write_results(args.json, [run for run, _ in runs.values()])
     rows = [[("--compat" if compat else "hardened"), stage.name, stage.status, f"{stage.wall_s:.1f}",
              *(f"{stage.breakdown_s.get(a, 0.0):.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]

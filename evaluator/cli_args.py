@@ -102,6 +102,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="leave timed repeats the GPU throttled in (NVML: power cap, thermal, HW slowdown, "
                         "power brake) out of the stopping rule and statistics; kept in the results, marked "
                         "(not with --compat)")
+    p.add_argument("--mirror-check", action="store_true",
+                   help="before each checked timed repeat, have the kernel's worker run the check again in its "
+                        "own process, as the contest's process does beside the kernel (GPU; not with --compat)")
     add_kernelguard_option(p)
 
 
@@ -147,16 +150,22 @@ def timing_overrides(args: argparse.Namespace) -> dict[str, float | int]:
 
 
 def measurement_options(args: argparse.Namespace) -> dict[str, float | bool]:
-    """``--margin-warn`` and ``--discard-on-throttle``, checked, as :class:`RunOptions` fields.
+    """``--margin-warn``, ``--discard-on-throttle`` and ``--mirror-check``, checked, as
+    :class:`RunOptions` fields.
 
-    ``--discard-on-throttle`` is refused with ``--compat``: the contest's protocol keeps every repeat.
+    ``--discard-on-throttle`` is refused with ``--compat``: the contest's protocol keeps every
+    repeat; so is ``--mirror-check``: its check already runs beside the kernel.
     """
     if not args.margin_warn >= 1:
         raise UsageError(f"--margin-warn must be at least 1 (1 never warns), got {args.margin_warn:g}")
     if args.discard_on_throttle and args.compat:
         raise UsageError("--discard-on-throttle cannot be used with --compat: the contest's protocol keeps every "
                          "repeat")
-    return {"margin_warn": args.margin_warn, "discard_on_throttle": args.discard_on_throttle}
+    if args.mirror_check and args.compat:
+        raise UsageError("--mirror-check cannot be used with --compat: the contest's protocol checks beside the "
+                         "kernel already")
+    return {"margin_warn": args.margin_warn, "discard_on_throttle": args.discard_on_throttle,
+            "mirror_check": args.mirror_check}
 
 
 def resolve_contestants(refs: Sequence[str]) -> list[Contestant]:

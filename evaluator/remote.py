@@ -298,9 +298,9 @@ class RemoteExecutor:
 
     def __init__(self, link: WorkerLink, device: torch.device, arena: HandoverArena, rules: bool,
                  clock: Callable[[], int] = time.perf_counter_ns, ledger: Ledger | None = None,
-                 mirror: bool | None = None) -> None:
+                 mirror: bool = False) -> None:
         self.link = link
-        self.mirror = device.type == "cuda" if mirror is None else mirror
+        self.mirror = mirror
         self.ledger = ledger or Ledger()
         self.device = device
         self.arena = arena
@@ -400,9 +400,10 @@ class RemoteExecutor:
 
     def timed(self, handed: Handed, install: Callable[[], None], deliver: bool) -> tuple[Measurement, list[Returned]]:
         """One timed repeat of ``handed``'s calls (``install`` lays its fresh content in first).
-        With ``deliver`` the outputs come back to be checked, and before the repeat the worker
-        repeats the last check in its own process (a mirror check, on CUDA), as the contest's process
-        has just checked there: outside the witness, so the rule ``parent-clock`` does not see it."""
+        With ``deliver`` the outputs come back to be checked; with ``mirror`` too, before the repeat
+        the worker runs the last check again in its own process (a mirror check; it declines off
+        CUDA), as the contest's process has just checked there: outside the witness, so the rule
+        ``parent-clock`` does not see it."""
         if deliver and self.mirror:
             with self.ledger.timing("mirror_check"):
                 self.link.ask({"op": "mirror", "id": _binding(handed).token}, "mirrored")

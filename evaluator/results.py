@@ -202,7 +202,8 @@ class RunResult:
     ``params`` are the knob values a sweep timed this run with (:mod:`evaluator.axes`; empty for
     the contestant's own plan, and in files written before sweeps).
     ``margin_warn``: the run warns when a passing case's numerical margin on a checker gate is
-    under this factor (:mod:`evaluator.margin`).
+    under this factor (:mod:`evaluator.margin`). ``mirror_check``: its worker ran each check again
+    before the next timed repeat (:class:`evaluator.runner.RunOptions`; False in older files).
     """
 
     contestant: dict[str, str]
@@ -219,6 +220,7 @@ class RunResult:
     precheck: Precheck | None = None
     params: dict[str, Any] = field(default_factory=dict)
     margin_warn: float = DEFAULT_MARGIN_WARN
+    mirror_check: bool = False
 
     @property
     def no_stage_failed(self) -> bool:
@@ -309,6 +311,7 @@ class RunResult:
             "params": self.params,
             "margin_warn": self.margin_warn,
             "margin_warning": self.margin_warning,
+            "mirror_check": self.mirror_check,
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -329,6 +332,7 @@ class RunResult:
             precheck=Precheck.from_dict(data["precheck"]) if data.get("precheck") else None,
             params=dict(data.get("params") or {}),
             margin_warn=float(data["margin_warn"]),
+            mirror_check=bool(data.get("mirror_check", False)),
         )
 
 

@@ -74,7 +74,10 @@ class RunOptions:
     under ``kernelguard``: enforce, warn or off (see :mod:`evaluator.hardening.precheck`). ``margin_warn``:
     warn when a passing case's numerical margin is under this factor (:mod:`evaluator.margin`);
     ``discard_on_throttle`` leaves repeats the GPU throttled in out of the statistics
-    (:mod:`evaluator.measure.clocks`; hardened runs only: the contest's protocol keeps every repeat)."""
+    (:mod:`evaluator.measure.clocks`; hardened runs only: the contest's protocol keeps every repeat).
+    ``mirror_check``: before each checked timed repeat the worker runs the check once more in its own
+    process, as the contest's process checks beside the kernel (hardened runs only: under
+    ``--compat`` the check runs there already; :meth:`evaluator.remote.RemoteExecutor.timed`)."""
 
     device: str
     seed: int | None = None
@@ -87,10 +90,14 @@ class RunOptions:
     kernelguard: str = "enforce"
     margin_warn: float = DEFAULT_MARGIN_WARN
     discard_on_throttle: bool = False
+    mirror_check: bool = False
 
     def __post_init__(self) -> None:
         if self.discard_on_throttle and self.compat:
             raise ValueError("discard_on_throttle: the contest's protocol (compat) keeps every repeat")
+        if self.mirror_check and self.compat:
+            raise ValueError("mirror_check: under the contest's protocol (compat) the check runs beside the kernel "
+                             "already")
         if not self.margin_warn >= 1:
             raise ValueError(f"margin_warn must be at least 1 (1: never warn), got {self.margin_warn}")
 
@@ -200,6 +207,7 @@ def worker_job(contestant: Contestant, plan: StagePlan, shapes: ShapeSet, option
         "isolated": not options.compat,
         "profiler": options.profiler,
         "scratch": scratch,
+        "mirror_check": options.mirror_check,
     }
 
 
@@ -228,7 +236,7 @@ def hardened_harness(link: WorkerLink, contestant: Contestant, options: RunOptio
     device = torch.device(options.device)
     floor = _floor(device)  # measured before any kernel runs here
     sampler = clock_sampler(device)
-    executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger)
+    executor = RemoteExecutor(link, device, _arena(device), rules=True, ledger=ledger, mirror=options.mirror_check)
     executor.calibrate()
     executor.load(contestant.to_dict())
     harness = Harness(executor, Hardening(), device=device, floor=floor, progress=progress, ledger=ledger,
@@ -427,6 +435,7 @@ def new_run(contestant: Contestant, mode: str, shapes: ShapeSet, options: RunOpt
         environment={},
         seed=options.seed,
         margin_warn=options.margin_warn,
+        mirror_check=options.mirror_check,
     )
 
 

@@ -104,6 +104,7 @@ class _Server:
         self.modules = contextlib.ExitStack()
         self.refusals: Callable[[], tuple[str, ...]] = tuple
         self.handed: dict[int, tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+        self.mirror_check = bool(job.get("mirror_check"))
 
     def serve(self, commands: BinaryIO) -> None:
         # The parent asks and waits for each reply, so nothing is left in ``commands``' buffer
@@ -132,6 +133,9 @@ class _Server:
         handover = message.get("handover")
         if self.device.type == "cuda":  # the CUDA context opens the device files: before the write boundary
             torch.empty(1, device=self.device)
+            if self.mirror_check:  # the check's libraries (cuBLAS) load here, before the boundary and the kernel
+                eye = torch.eye(4, device=self.device).expand(1, 4, 4).contiguous()
+                _check_products(eye, eye, eye.new_zeros(1, 4))
         self.refusals = enter_worker_sandbox(Path(self.scratch) if self.scratch else None,
                                              Path(handover) if handover else None)
         # Only now, after calibration and behind the sandbox, may the submission's folder shadow
@@ -183,9 +187,12 @@ class _Server:
         if len(inputs) > 1 and len({a.shape for a in inputs}) == 1:  # the stack in one check, as the parent's
             stacked = (torch.cat([h for h, _ in outputs]), torch.cat([t for _, t in outputs]))
             inputs, outputs = [torch.cat(inputs)], [stacked]
-        for a, (h, tau) in zip(inputs, outputs, strict=True):
-            _check_products(a, h, tau)
-        synchronize()
+        try:
+            for a, (h, tau) in zip(inputs, outputs, strict=True):
+                _check_products(a, h, tau)
+            synchronize()
+        except RuntimeError as exc:  # whatever the kernel left (its memory, its settings): the run goes on
+            return {"event": "mirrored", "ran": False, "message": str(exc).splitlines()[0] if str(exc) else ""}
         return {"event": "mirrored", "ran": True}
 
     def _timed(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,13 +12,19 @@ import pytest
 import torch
 
 from evaluator import worker
+from evaluator.cli import main as qrbench
+from evaluator.contestant import resolve_contestant
 from evaluator.handover import HandoverArena
 from evaluator.measure.ledger import Ledger
 from evaluator.remote import RemoteExecutor
+from evaluator.results import RunResult
+from evaluator.runner import RunOptions, run_contestant
+from evaluator.shapes import load_shapes
 from reference import generate_input
 from reference.checker import torch_residuals
 
 CPU = torch.device("cpu")
+TESTS = Path(__file__).parent
 PAIR = {"pair": True, "items": [{"kind": "buffer"}, {"kind": "buffer"}], "problem": None}
 MIRROR_NS = 7_000_000
 REPEAT_NS = 1_000_000
@@ -50,7 +57,7 @@ class _RecordingWorker:
         return reply
 
 
-def _executor(mirror: bool | None) -> tuple[RemoteExecutor, _RecordingWorker]:
+def _executor(mirror: bool) -> tuple[RemoteExecutor, _RecordingWorker]:
     link = _RecordingWorker()
     executor = RemoteExecutor(link, CPU, HandoverArena(CPU), rules=True, clock=link.clock,  # type: ignore[arg-type]
                               ledger=Ledger(clock=link.seconds), mirror=mirror)
@@ -79,9 +86,8 @@ def test_an_unchecked_repeat_gets_no_mirror_check() -> None:
     assert executor.ledger.seconds["mirror_check"] == 0.0
 
 
-def test_mirror_checks_are_for_gpus_unless_asked() -> None:
-    """On the CPU there is no device state to set: by default no mirror check is asked for there."""
-    executor, link = _executor(mirror=None)
+def test_no_mirror_check_unless_asked() -> None:
+    executor, link = _executor(mirror=False)
     handed = executor.hand([torch.zeros(2, 4, 4)])
     link.ops.clear()
     executor.timed(handed, lambda: None, deliver=True)
@@ -89,7 +95,7 @@ def test_mirror_checks_are_for_gpus_unless_asked() -> None:
 
 
 def _server(device: str) -> worker._Server:
-    job = {"device": device, "contestant": {"path": str(worker.__file__)}}
+    job = {"device": device, "contestant": {"path": str(worker.__file__)}, "mirror_check": True}
     return worker._Server(job, out=None)  # type: ignore[arg-type]
 
 
@@ -136,3 +142,25 @@ def test_a_gpu_worker_without_room_for_the_check_skips_it(monkeypatch: pytest.Mo
     server.handed[0] = _handed("cuda")
     monkeypatch.setattr(worker, "_free_device_bytes", lambda device: (1024, 1 << 40))
     assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False}
+
+
+def test_a_run_asks_its_worker_for_mirror_checks_and_says_so() -> None:
+    """End to end on the CPU, where the worker declines each one: the command reaches the real
+    worker before every checked repeat (the ledger's round trips), the run passes, and its
+    results record that it asked."""
+    run = run_contestant(resolve_contestant("geqrf"), "benchmark", load_shapes(TESTS / "shapes_tiny.yaml"),
+                         RunOptions(device="cpu", precheck=False, mirror_check=True))
+    assert run.passed, run.reason
+    assert run.mirror_check
+    assert run.stages[0].breakdown_s["mirror_check"] > 0
+    assert RunResult.from_dict(run.to_dict()).mirror_check
+    plain = run.to_dict()
+    del plain["mirror_check"]  # a file written before the option
+    assert not RunResult.from_dict(plain).mirror_check
+
+
+def test_mirror_checks_are_refused_under_the_contests_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="mirror_check"):
+        RunOptions(device="cpu", compat=True, mirror_check=True)
+    assert qrbench(["benchmark", "geqrf", "--device", "cpu", "--compat", "--mirror-check"]) == 2
+    assert "--mirror-check cannot be used with --compat" in capsys.readouterr().err
