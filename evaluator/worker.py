@@ -174,10 +174,12 @@ class _Server:
     def _mirror(self, message: dict[str, Any]) -> dict[str, Any]:
         """Check the batch's last outputs again here, the result unused, before the next timed repeat.
 
-        The contest checks each repeat's outputs in the kernel's own process; the kernel's next
-        repeat runs 1-3% slower after that work in its process than after the same work in the
-        hardened parent's (an H100, ``reports/h100/2026-12-07-mirror-check.md``), so the worker repeats
-        the parent's check here, outside every timed region and witness."""
+        Asked for by a run with ``--mirror-check``. The contest checks each repeat's outputs in the
+        kernel's own process; the kernel's next repeat ran 1-3% slower after that work in its
+        process than after the same work in the hardened parent's (an H100,
+        ``reports/h100/2026-12-07-mirror-check.md``), so the worker repeats the parent's check here,
+        outside every timed region and witness. Declined (``ran`` false) off CUDA, where free
+        device memory is short of the check's temporaries, or where the check raises."""
         inputs, outputs = self.handed[message["id"]]
         if self.device.type != "cuda":
             return {"event": "mirrored", "ran": False}

@@ -57,41 +57,37 @@ class _RecordingWorker:
         return reply
 
 
-def _executor(mirror: bool) -> tuple[RemoteExecutor, _RecordingWorker]:
+def _one_repeat(mirror: bool, deliver: bool) -> tuple[RemoteExecutor, list[str], float]:
+    """An executor on a scripted worker, calibrated and handed one input: the commands one timed
+    repeat sends, and that repeat's witness."""
     link = _RecordingWorker()
     executor = RemoteExecutor(link, CPU, HandoverArena(CPU), rules=True, clock=link.clock,  # type: ignore[arg-type]
                               ledger=Ledger(clock=link.seconds), mirror=mirror)
     executor.calibrate()
-    return executor, link
+    handed = executor.hand([torch.zeros(2, 4, 4)])
+    link.ops.clear()
+    measurement, outputs = executor.timed(handed, lambda: None, deliver=deliver)
+    assert len(outputs) == (1 if deliver else 0)
+    return executor, link.ops, measurement.witness_ns
 
 
 def test_a_checked_repeat_is_mirror_checked_first_and_outside_the_witness() -> None:
-    executor, link = _executor(mirror=True)
-    handed = executor.hand([torch.zeros(2, 4, 4)])
-    link.ops.clear()
-    measurement, outputs = executor.timed(handed, lambda: None, deliver=True)
-    assert link.ops == ["mirror", "timed"]
-    assert len(outputs) == 1
-    assert measurement.witness_ns == REPEAT_NS  # the mirror check's 7 ms are not the repeat's
+    executor, ops, witness_ns = _one_repeat(mirror=True, deliver=True)
+    assert ops == ["mirror", "timed"]
+    assert witness_ns == REPEAT_NS  # the mirror check's 7 ms are not the repeat's
     assert executor.ledger.seconds["mirror_check"] == pytest.approx(MIRROR_NS / 1e9)
 
 
 def test_an_unchecked_repeat_gets_no_mirror_check() -> None:
     """The contest's warm-up passes check nothing between repeats: nothing to repeat there."""
-    executor, link = _executor(mirror=True)
-    handed = executor.hand([torch.zeros(2, 4, 4)])
-    link.ops.clear()
-    executor.timed(handed, lambda: None, deliver=False)
-    assert link.ops == ["timed"]
+    executor, ops, _ = _one_repeat(mirror=True, deliver=False)
+    assert ops == ["timed"]
     assert executor.ledger.seconds["mirror_check"] == 0.0
 
 
 def test_no_mirror_check_unless_asked() -> None:
-    executor, link = _executor(mirror=False)
-    handed = executor.hand([torch.zeros(2, 4, 4)])
-    link.ops.clear()
-    executor.timed(handed, lambda: None, deliver=True)
-    assert link.ops == ["timed"]
+    _, ops, _ = _one_repeat(mirror=False, deliver=True)
+    assert ops == ["timed"]
 
 
 def _server(device: str) -> worker._Server:

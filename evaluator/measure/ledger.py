@@ -15,7 +15,8 @@ kernel's. Each stage records how its wall time splits (issue #20: measure first)
 - ``handover``: the rest of each timed repeat the parent witnessed (fresh content copied in,
   messages, events, outputs copied back);
 - ``check``: the checker, the output rules and the copies they compare;
-- ``mirror_check``: the worker repeating each check in its own process before the next timed repeat
+- ``mirror_check``: with ``--mirror-check``, the worker repeating each check in its own process
+  before the next timed repeat
   (:meth:`evaluator.remote.RemoteExecutor.timed`);
 - ``clocks``: the GPU's clocks read through NVML before and after each timed repeat;
 - ``reporting``: progress events and each finished case handed on (the results file written);
