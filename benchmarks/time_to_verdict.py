@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
     if len(runs) == 2:
         print(_agreement(runs[False][0], runs[True][0]))
-    walls = ", ".join(f"{'--compat' if compat else 'hardened'} {wall:.1f} s" for compat, (_, wall) in runs.items())
+    hardened = "hardened with mirror checks" if args.mirror_check else "hardened"
+    walls = ", ".join(f"{'--compat' if compat else hardened} {wall:.1f} s" for compat, (_, wall) in runs.items())
     ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
     print(f"\n{args.contestant} on {shapes} ({device}): {walls}{ratio}; results: {args.json}")
     return 0 if all(run.passed for run, _ in runs.values()) else 112

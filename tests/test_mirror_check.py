@@ -17,6 +17,7 @@ from evaluator.contestant import resolve_contestant
 from evaluator.handover import HandoverArena
 from evaluator.measure.ledger import Ledger
 from evaluator.remote import RemoteExecutor
+from evaluator.report.tables import timing_label
 from evaluator.results import RunResult
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import load_shapes
@@ -150,6 +151,7 @@ def test_a_run_asks_its_worker_for_mirror_checks_and_says_so() -> None:
     assert run.mirror_check
     assert run.stages[0].breakdown_s["mirror_check"] > 0
     assert RunResult.from_dict(run.to_dict()).mirror_check
+    assert timing_label(run).endswith("hardened protocol with mirror checks")
     plain = run.to_dict()
     del plain["mirror_check"]  # a file written before the option
     assert not RunResult.from_dict(plain).mirror_check

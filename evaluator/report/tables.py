@@ -21,6 +21,8 @@ def timing_label(run: RunResult) -> str:
     """Where and how the figures were measured, e.g. ``NVIDIA H200 (sm 9.0), CUDA events``."""
     clock = "CUDA events" if run.timer == "cuda-events" else "CPU timings (host clock)"
     protocol = "contest protocol (--compat)" if run.compat else "hardened protocol"
+    if run.mirror_check:
+        protocol += " with mirror checks"
     return f"{gpu_key(run.environment)}, {clock}, {protocol}"
 
 
