@@ -9,7 +9,9 @@ hardened ranked submission in a third of the contest's). Both runs go to one res
 A kernel's compile caches live in its scratch directory, shared by both protocols, so whichever
 ran first would pay the compiles for both: a test run and a one-repeat benchmark run (not
 counted) fill them first.
-``--protocols`` runs one of the two (to split a long pair across machine leases).
+``--protocols`` runs one of the two (to split a long pair across machine leases);
+``--mirror-check`` runs the hardened one with mirror checks (docs/hardening.md), whose per-case
+means are the ones #20 expects within 3% of ``--compat``'s.
 """
 
 from __future__ import annotations
