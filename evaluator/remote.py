@@ -25,6 +25,7 @@ import signal
 import struct
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import count
@@ -301,6 +302,7 @@ class RemoteExecutor:
                  mirror: bool = False) -> None:
         self.link = link
         self.mirror = mirror
+        self.mirror_declined: str | None = None  # why the worker first declined a mirror check
         self.ledger = ledger or Ledger()
         self.device = device
         self.arena = arena
@@ -406,7 +408,11 @@ class RemoteExecutor:
         ``parent-clock`` does not see it."""
         if deliver and self.mirror:
             with self.ledger.timing("mirror_check"):
-                self.link.ask({"op": "mirror", "id": _binding(handed).token}, "mirrored")
+                mirrored = self.link.ask({"op": "mirror", "id": _binding(handed).token}, "mirrored")
+            if not mirrored.get("ran") and self.mirror_declined is None:
+                self.mirror_declined = str(mirrored.get("why", "no reason given"))
+                warnings.warn(f"--mirror-check: the worker declined a mirror check ({self.mirror_declined}); "
+                              "a repeat without one times as a plain hardened repeat", RuntimeWarning, stacklevel=2)
         witnessed = self._witness(handed, install, deliver)
         reply = witnessed.reply
         binding = _binding(handed)

@@ -182,10 +182,12 @@ class _Server:
         device memory is short of the check's temporaries, or where the check raises."""
         inputs, outputs = self.handed[message["id"]]
         if self.device.type != "cuda":
-            return {"event": "mirrored", "ran": False}
+            return {"event": "mirrored", "ran": False, "why": "not on a GPU"}
         need = MIRROR_BYTES_PER_ELEMENT * sum(a.numel() for a in inputs)
-        if _free_device_bytes(self.device)[0] < need:
-            return {"event": "mirrored", "ran": False}
+        free = _free_device_bytes(self.device)[0]
+        if free < need:
+            return {"event": "mirrored", "ran": False,
+                    "why": f"{free / 2**30:.1f} GiB of device memory free, the check needs {need / 2**30:.1f} GiB"}
         if len(inputs) > 1 and len({a.shape for a in inputs}) == 1:  # the stack in one check, as the parent's
             stacked = (torch.cat([h for h, _ in outputs]), torch.cat([t for _, t in outputs]))
             inputs, outputs = [torch.cat(inputs)], [stacked]
@@ -194,7 +196,7 @@ class _Server:
                 _check_products(a, h, tau)
             synchronize()
         except RuntimeError as exc:  # whatever the kernel left (its memory, its settings): the run goes on
-            return {"event": "mirrored", "ran": False, "message": str(exc).splitlines()[0] if str(exc) else ""}
+            return {"event": "mirrored", "ran": False, "why": (str(exc).splitlines() or [type(exc).__name__])[0]}
         return {"event": "mirrored", "ran": True}
 
     def _timed(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class _RecordingWorker:
         reply: dict[str, Any] = {"event": expect, "elapsed_ns": 0.0, "tail_ns": 0.0}
         if message["op"] == "mirror":
             self.now += MIRROR_NS
+            reply["ran"] = True
         elif message["op"] == "timed":
             self.now += REPEAT_NS
             if message["deliver"] and not message["builtin"]:
@@ -105,7 +106,7 @@ def _handed(device: str, count: int = 1) -> tuple[list[torch.Tensor], list[tuple
 def test_a_cpu_worker_runs_no_mirror_check() -> None:
     server = _server("cpu")
     server.handed[0] = _handed("cpu")
-    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False}
+    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False, "why": "not on a GPU"}
 
 
 def test_the_mirror_checks_products_leave_inputs_and_outputs_as_they_were() -> None:
@@ -138,15 +139,19 @@ def test_a_gpu_worker_without_room_for_the_check_skips_it(monkeypatch: pytest.Mo
     server = _server("cuda")
     server.handed[0] = _handed("cuda")
     monkeypatch.setattr(worker, "_free_device_bytes", lambda device: (1024, 1 << 40))
-    assert server._mirror({"id": 0}) == {"event": "mirrored", "ran": False}
+    reply = server._mirror({"id": 0})
+    assert reply["ran"] is False
+    assert reply["why"].startswith("0.0 GiB of device memory free")
 
 
 def test_a_run_asks_its_worker_for_mirror_checks_and_says_so() -> None:
     """End to end on the CPU, where the worker declines each one: the command reaches the real
-    worker before every checked repeat (the ledger's round trips), the run passes, and its
-    results record that it asked."""
-    run = run_contestant(resolve_contestant("geqrf"), "benchmark", load_shapes(TESTS / "shapes_tiny.yaml"),
-                         RunOptions(device="cpu", precheck=False, mirror_check=True))
+    worker before every checked repeat (the ledger's round trips), the run passes, its results
+    record that it asked, and the decline is told once, with the worker's reason."""
+    with pytest.warns(RuntimeWarning, match=r"declined a mirror check \(not on a GPU\)") as declined:
+        run = run_contestant(resolve_contestant("geqrf"), "benchmark", load_shapes(TESTS / "shapes_tiny.yaml"),
+                             RunOptions(device="cpu", precheck=False, mirror_check=True))
+    assert len([w for w in declined if "mirror check" in str(w.message)]) == 1
     assert run.passed, run.reason
     assert run.mirror_check
     assert run.stages[0].breakdown_s["mirror_check"] > 0
