@@ -5,10 +5,11 @@ each size and case type the output of ``torch.geqrf`` on one generated batch is 
 two ways: ``torch.linalg.householder_product`` (what the contest's checker calls: LAPACK's
 ``orgqr`` on the CPU, cuSOLVER's on a GPU) and the float32 blocked product the fast path and the
 ``blocked`` method use (:func:`reference.householder.householder_q`). Each Q gets the published
-gates' two figures in float64 (scaled factor residual and orthogonality, n·eps; the gates are 20
-and 100): the fast path trusts a pass under half a gate, so these differences are its margin's
-measure at the sizes the corpus does not reach (it stops at n = 96). The table gives the
-published figures and the blocked Q's difference from them; the last row the largest magnitudes.
+gates' two figures from the checker's own diagnostics (``verdict`` with that Q method: scaled
+factor residual and orthogonality in float64, n·eps; the gates are 20 and 100): the fast path
+trusts a pass under half a gate, so these differences are its margin's measure at the sizes the
+corpus does not reach (it stops at n = 96). The table gives the published figures and the blocked
+Q's difference from them; the last row the largest magnitudes.
 """
 
 from __future__ import annotations
@@ -21,24 +22,20 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.note import machine_line, publish
-from reference import generate_input
-from reference.householder import householder_q
+from reference import generate_input, verdict
 
 SIZES = ((4, 128), (4, 176), (3, 352), (3, 512), (2, 1024), (1, 2048))
 CASES = ("dense", "rankdef", "clustered", "nearrank", "band", "rowscale", "nearcollinear", "mixed")
 LARGE_CASES = ("dense", "nearrank", "mixed")  # from 1024 on, to keep a CPU run to minutes
-_EPS32 = torch.finfo(torch.float32).eps
+FIGURES = ("scaled_factor_residual", "scaled_orthogonality_residual")
 
 
-def figures(a: torch.Tensor, h: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
-    """The worst scaled factor residual and the orthogonality figure, as the published gates compute them."""
-    n = a.shape[-1]
-    a64, q64 = a.double(), q.double()
-    a_norms = a64.abs().sum(-2).amax(-1)
-    factor = (h.double().triu() - q64.mT @ a64).abs().sum(-2).amax(-1) / (_EPS32 * n * a_norms.clamp_min(1e-30))
-    gram = q64.mT @ q64
-    gram.diagonal(dim1=-2, dim2=-1).sub_(1.0)
-    return factor.amax().item(), (gram.abs().sum(-2).amax(-1).amax() / (_EPS32 * n)).item()
+def figures(a: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor], q_method: str) -> tuple[float, ...]:
+    """The gates' two figures of a pass, with Q materialised by ``q_method`` (the checker's own)."""
+    checked = verdict(a, out, q_method)  # type: ignore[arg-type]
+    if not checked.passed:
+        raise RuntimeError(f"geqrf's output failed the {q_method} check: {checked.message}")
+    return tuple(checked.diagnostics[key] for key in FIGURES)
 
 
 def main() -> int:
@@ -51,9 +48,8 @@ def main() -> int:
         for case in LARGE_CASES if n >= 1024 else CASES:
             cond = 2 if case in ("dense", "mixed") else 0
             a = generate_input(batch, n, cond, 11, case=case, device=args.device)
-            h, tau = torch.geqrf(a)
-            published = figures(a, h, torch.linalg.householder_product(h, tau))
-            blocked = figures(a, h, householder_q(h, tau))
+            out = torch.geqrf(a)
+            published, blocked = figures(a, out, "published"), figures(a, out, "blocked")
             diffs = [mine - theirs for mine, theirs in zip(blocked, published, strict=True)]
             worst = [max(w, abs(d)) for w, d in zip(worst, diffs, strict=True)]
             rows.append([f"{batch}x{n}", case, f"{published[0]:.3f}", f"{published[1]:.3f}",

@@ -253,9 +253,7 @@ def torch_residuals(a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor) -> tupl
 
     A hardened worker runs this between timed repeats (:mod:`evaluator.worker`, its mirror check): the
     same cuBLAS float32 and float64 products the contest's check runs in the kernel's process."""
-    with _ieee_fp32_matmul():
-        q = householder_q(h, tau)
-    return _torch_residuals(a, h, q, reconstruction=False)
+    return _torch_residuals(a, h, _materialise_q(h, tau, "blocked"), reconstruction=False)
 
 
 def _fast_residuals(
@@ -265,8 +263,7 @@ def _fast_residuals(
     and (``reconstruction``) ``||QR - A||_1``, with Q from the blocked product and every product
     in float64: fused Triton kernels on CUDA (imported on first use, so that the interpreter
     setting in force then decides how they run), torch elsewhere (:func:`_fused_kernels_run_on`)."""
-    with _ieee_fp32_matmul():
-        q = householder_q(h, tau)
+    q = _materialise_q(h, tau, "blocked")
     if _fused_kernels_run_on(q.device):
         from reference.checker_kernels import residual_norms
 
