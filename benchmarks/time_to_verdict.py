@@ -9,7 +9,8 @@ hardened ranked submission in a third of the contest's). Both runs go to one res
 A kernel's compile caches live in its scratch directory, shared by both protocols, so whichever
 ran first would pay the compiles for both: a test run and a one-repeat benchmark run (not
 counted) fill them first.
-``--protocols`` runs one of the two (to split a long pair across machine leases);
+``--protocols`` runs one of the two (to split a long pair across machine leases), and ``--from
+FILE...`` reports runs saved earlier, such a split pair among them;
 ``--mirror-check`` runs the hardened one with mirror checks (docs/hardening.md), whose per-case
 means are the ones #20 expects within 3% of ``--compat``'s.
 """
@@ -26,7 +27,7 @@ from evaluator.cli_args import pick_device
 from evaluator.contestant import resolve_contestant
 from evaluator.measure.ledger import ACTIVITIES
 from evaluator.modes import SECRET_STAGE
-from evaluator.results import RunResult, write_results
+from evaluator.results import ResultsError, RunResult, load_results, write_results
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
 
@@ -67,6 +68,46 @@ def _agreement(hardened: RunResult, compat: RunResult) -> str:
     return "\n".join(lines)
 
 
+def _protocol(run: RunResult) -> str:
+    return "--compat" if run.compat else "hardened with mirror checks" if run.mirror_check else "hardened"
+
+
+def _report(runs: dict[bool, tuple[RunResult, float]], contestant: str, where: str, wall: str) -> None:
+    """Each stage's wall and where it went, the per-case agreement of the two protocols, and the
+    ratio of their walls (``wall`` says what the walls are)."""
+    rows = [[_protocol(run), stage.name, stage.status, f"{stage.wall_s:.1f}",
+             *(f"{stage.breakdown_s.get(a, 0.0):.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]
+            for run, _ in runs.values() for stage in run.stages]
+    print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
+    if len(runs) == 2:
+        print(_agreement(runs[False][0], runs[True][0]))
+    walls = ", ".join(f"{_protocol(run)} {seconds:.1f} s" for run, seconds in runs.values())
+    ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
+    print(f"\n{contestant} on {where}: {wall} {walls}{ratio}")
+
+
+def _from_files(paths: list[Path]) -> int:
+    """The report of runs saved earlier (``--protocols`` on two machine leases, or a run cut off
+    after its first protocol): the last hardened and the last ``--compat`` leaderboard run found,
+    each wall the sum of its stages' (the process's own wall is not recorded)."""
+    runs: dict[bool, tuple[RunResult, float]] = {}
+    for path in paths:
+        try:
+            loaded = load_results(path)
+        except ResultsError as exc:
+            raise SystemExit(f"time_to_verdict: {exc}") from exc
+        for run in loaded:
+            if run.mode == "leaderboard":
+                runs[run.compat] = (run, sum(stage.wall_s for stage in run.stages))
+    if not runs:
+        raise SystemExit(f"time_to_verdict: no leaderboard run in {', '.join(map(str, paths))}")
+    first = next(iter(runs.values()))[0]
+    names = {run.contestant.get("name", "?") for run, _ in runs.values()}
+    _report(dict(sorted(runs.items())), "/".join(sorted(names)), f"{first.shapes['name']} ({first.device})",
+            "stage walls summed:")
+    return 0 if all(run.passed for run, _ in runs.values()) else 112
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("contestant", nargs="?", default="geqrf")
@@ -76,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", choices=("both", "hardened", "compat"), default="both")
     parser.add_argument("--mirror-check", action="store_true",
                         help="the hardened run with mirror checks (the worker runs each check again first)")
+    parser.add_argument("--from", dest="sources", type=Path, nargs="+", metavar="RESULTS.json",
+                        help="run nothing: report the hardened and --compat runs saved in these files")
     args = parser.parse_args(argv)
+    if args.sources:
+        return _from_files(args.sources)
     device = pick_device(args.device)
     shapes = args.shapes or ("qr_v2" if device == "cuda" else "smoke")
     for mode in ("test", "benchmark"):  # fill the compile caches (see the module docstring)
@@ -87,16 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for compat in chosen:  # saved after each, so a cut-off second run loses only itself
         runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check)
         write_results(args.json, [run for run, _ in runs.values()])
-    rows = [[("--compat" if compat else "hardened"), stage.name, stage.status, f"{stage.wall_s:.1f}",
-             *(f"{stage.breakdown_s.get(a, 0.0):.1f}" if stage.breakdown_s else "-" for a in ACTIVITIES)]
-            for compat, (run, _) in runs.items() for stage in run.stages]
-    print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
-    if len(runs) == 2:
-        print(_agreement(runs[False][0], runs[True][0]))
-    hardened = "hardened with mirror checks" if args.mirror_check else "hardened"
-    walls = ", ".join(f"{'--compat' if compat else hardened} {wall:.1f} s" for compat, (_, wall) in runs.items())
-    ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
-    print(f"\n{args.contestant} on {shapes} ({device}): {walls}{ratio}; results: {args.json}")
+    _report(runs, args.contestant, f"{shapes} ({device})", "")
+    print(f"results: {args.json}")
     return 0 if all(run.passed for run, _ in runs.values()) else 112
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import time_to_verdict
-from evaluator.results import load_results
+from evaluator.results import load_results, write_results
 
 
 def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,3 +30,23 @@ def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: py
     assert "ratio" in printed
     assert "ranked: geomean hardened/compat" in printed
     assert "cases within 3%" in printed  # and which are not, by name
+    assert printed.rstrip().endswith(f"results: {out}")
+
+    # the same pair reported again from the file, as a pair split across two leases would be
+    assert time_to_verdict.main(["--from", str(out)]) == 0
+    again = capsys.readouterr().out
+    assert "stage walls summed: hardened" in again
+    assert "ranked: geomean hardened/compat" in again
+    ratio = float(again.split("ratio ")[1].split()[0])
+    walls = [sum(s.wall_s for s in run.stages) for run in runs]
+    assert ratio == pytest.approx(walls[0] / walls[1], abs=0.006)
+
+
+def test_time_to_verdict_from_a_file_without_a_leaderboard_run_names_it(tmp_path: Path) -> None:
+    empty, other = tmp_path / "none.json", tmp_path / "other.json"
+    write_results(empty, [])
+    other.write_text("{}")
+    with pytest.raises(SystemExit, match=r"no leaderboard run in .*none\.json"):
+        time_to_verdict.main(["--from", str(empty)])
+    with pytest.raises(SystemExit, match=r"other\.json: not a qrbench results file"):
+        time_to_verdict.main(["--from", str(other)])
