@@ -27,7 +27,7 @@ from evaluator.cli_args import pick_device
 from evaluator.contestant import resolve_contestant
 from evaluator.measure.ledger import ACTIVITIES
 from evaluator.modes import SECRET_STAGE
-from evaluator.results import ResultsError, RunResult, load_results, write_results
+from evaluator.results import CaseResult, ResultsError, RunResult, StageResult, load_results, write_results
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
 
@@ -45,19 +45,45 @@ CASE_TOLERANCE = 0.03
 """How far a case's hardened mean may be from its ``--compat`` mean (issue #20)."""
 
 
+TIMED_STAGES = ("benchmark", "ranked", SECRET_STAGE)
+
+
+def _pairs(h: StageResult | None, c: StageResult | None) -> list[tuple[CaseResult, CaseResult]]:
+    """A timed stage's cases with statistics under both protocols (hardened, ``--compat``), side by side."""
+    if h is None or c is None:
+        return []
+    return [(hc, cc) for hc, cc in zip(h.cases, c.cases, strict=False) if hc.stats and cc.stats]
+
+
+def _ratio(pair: tuple[CaseResult, CaseResult]) -> float:
+    return pair[0].stats.mean_ns / pair[1].stats.mean_ns  # type: ignore[union-attr]
+
+
+def _case_table(hardened: RunResult, compat: RunResult) -> str:
+    """Per case and timed stage: the hardened mean over the ``--compat`` one, with each side's
+    timed repeats (the stopping rule's count), so that a case's drift and its noise read together."""
+    cells: dict[str, dict[str, str]] = {}
+    for stage in TIMED_STAGES:
+        for pair in _pairs(hardened.stage(stage), compat.stage(stage)):
+            h, c = pair
+            cells.setdefault(h.case.label, {})[stage] = (
+                f"{_ratio(pair):.3f} ({h.stats.runs}/{c.stats.runs})")  # type: ignore[union-attr]
+    rows = [[label, *(row.get(stage, "-") for stage in TIMED_STAGES)] for label, row in cells.items()]
+    headers = ["case", *(f"{stage}: hardened/compat (repeats)" for stage in TIMED_STAGES)]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
 def _agreement(hardened: RunResult, compat: RunResult) -> str:
     """Each timed stage's per-case means and geomean, hardened against ``--compat``, and the worst
     case's difference (issue #20: geomean within 2%, every case within 3%, same verdicts)."""
     lines = []
-    for stage in ("benchmark", "ranked", SECRET_STAGE):
+    for stage in TIMED_STAGES:
         h, c = hardened.stage(stage), compat.stage(stage)
-        if h is None or c is None:
+        pairs = _pairs(h, c)
+        if h is None or c is None or not pairs:
             continue
-        pairs = [(hc, cc) for hc, cc in zip(h.cases, c.cases, strict=False) if hc.stats and cc.stats]
-        if not pairs:
-            continue
-        ratios = [hc.stats.mean_ns / cc.stats.mean_ns for hc, cc in pairs]  # type: ignore[union-attr]
-        worst = max(pairs, key=lambda p: abs(p[0].stats.mean_ns / p[1].stats.mean_ns - 1))  # type: ignore[union-attr]
+        ratios = [_ratio(pair) for pair in pairs]
+        worst = max(pairs, key=lambda pair: abs(_ratio(pair) - 1))
         geo = (h.geomean_s() or 0.0) / (c.geomean_s() or 1.0)
         outside = [f"{hc.case.label} {ratio:.3f}" for (hc, _), ratio in zip(pairs, ratios, strict=True)
                    if abs(ratio - 1) > CASE_TOLERANCE]
@@ -80,6 +106,7 @@ def _report(runs: dict[bool, tuple[RunResult, float]], contestant: str, where: s
             for run, _ in runs.values() for stage in run.stages]
     print(tabulate(rows, headers=["protocol", "stage", "status", "wall s", *ACTIVITIES], tablefmt="github"))
     if len(runs) == 2:
+        print(_case_table(runs[False][0], runs[True][0]))
         print(_agreement(runs[False][0], runs[True][0]))
     walls = ", ".join(f"{_protocol(run)} {seconds:.1f} s" for run, seconds in runs.values())
     ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""

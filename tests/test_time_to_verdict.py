@@ -30,6 +30,9 @@ def test_time_to_verdict_runs_both_protocols_on_smoke(tmp_path: Path, capsys: py
     assert "ratio" in printed
     assert "ranked: geomean hardened/compat" in printed
     assert "cases within 3%" in printed  # and which are not, by name
+    table = printed.split("ranked: hardened/compat (repeats)")[1]  # the per-case table
+    for case in runs[0].stages[2].cases:
+        assert f"| {case.case.label} " in table
     assert printed.rstrip().endswith(f"results: {out}")
 
     # the same pair reported again from the file, as a pair split across two leases would be
