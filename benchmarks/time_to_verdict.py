@@ -11,8 +11,9 @@ ran first would pay the compiles for both: a test run and a one-repeat benchmark
 counted) fill them first.
 ``--protocols`` runs one of the two (to split a long pair across machine leases), and ``--from
 FILE...`` reports runs saved earlier, such a split pair among them;
-``--mirror-check`` runs the hardened one with mirror checks (docs/hardening.md), whose per-case
-means are the ones #20 expects within 3% of ``--compat``'s.
+``--mirror-check`` runs the hardened one with mirror checks (docs/hardening.md): on an H100 they
+brought every large case within 3% of ``--compat`` and cost the wall ratio and the small case
+(reports/h100/2026-12-07-mirror-check.md).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _report(runs: dict[bool, tuple[RunResult, float]], contestant: str, where: s
         print(_agreement(runs[False][0], runs[True][0]))
     walls = ", ".join(f"{_protocol(run)} {seconds:.1f} s" for run, seconds in runs.values())
     ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
-    print(f"\n{contestant} on {where}: {wall} {walls}{ratio}")
+    print(f"\n{contestant} on {where}: {wall + ' ' if wall else ''}{walls}{ratio}")
 
 
 def _from_files(paths: list[Path]) -> int:
