@@ -19,26 +19,37 @@ brought every large case within 3% of ``--compat`` and cost the wall ratio and t
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tabulate import tabulate
 
-from evaluator.cli_args import pick_device
+from evaluator.cli_args import EXIT_INTERRUPTED, pick_device, sigterm_as_interrupt
 from evaluator.contestant import resolve_contestant
 from evaluator.measure.ledger import ACTIVITIES
 from evaluator.modes import SECRET_STAGE
-from evaluator.results import CaseResult, ResultsError, RunResult, StageResult, load_results, write_results
+from evaluator.results import (
+    INTERRUPTED,
+    CaseResult,
+    ResultsError,
+    RunResult,
+    StageResult,
+    load_results,
+    write_results,
+)
+from evaluator.run_command import interrupted
 from evaluator.runner import RunOptions, run_contestant
 from evaluator.shapes import resolve_shapes
 
 
-def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool,
-               mirror_check: bool = False) -> tuple[RunResult, float]:
+def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool, mirror_check: bool,
+               on_update: Callable[[RunResult], None]) -> tuple[RunResult, float]:
     shapes = resolve_shapes(shapes_name)
     start = time.monotonic()
     options = RunOptions(device=device, compat=compat, mirror_check=mirror_check and not compat)
-    run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options)
+    run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options, on_update=on_update)
     return run, time.monotonic() - start
 
 
@@ -109,9 +120,36 @@ def _report(runs: dict[bool, tuple[RunResult, float]], contestant: str, where: s
     if len(runs) == 2:
         print(_case_table(runs[False][0], runs[True][0]))
         print(_agreement(runs[False][0], runs[True][0]))
-    walls = ", ".join(f"{_protocol(run)} {seconds:.1f} s" for run, seconds in runs.values())
-    ratio = f", ratio {runs[False][1] / runs[True][1]:.2f} (the goal is 0.33 or less)" if len(runs) == 2 else ""
-    print(f"\n{contestant} on {where}: {wall + ' ' if wall else ''}{walls}{ratio}")
+    walls = ", ".join(f"{_protocol(run)} {seconds:.1f} s{'' if run.passed else f' ({run.status})'}"
+                      for run, seconds in runs.values())
+    print(f"\n{contestant} on {where}: {wall + ' ' if wall else ''}{walls}{_wall_ratio(runs)}")
+
+
+def _wall_ratio(runs: dict[bool, tuple[RunResult, float]]) -> str:
+    """The hardened wall over the ``--compat`` one; a ``--compat`` run stopped before its end
+    (``timeout``, Ctrl-C) ran at least that long, so its ratio is a bound; a hardened one, none."""
+    if len(runs) != 2:
+        return ""
+    (hardened, hardened_s), (compat, compat_s) = runs[False], runs[True]
+    if _unfinished(hardened):
+        return "; no ratio: the hardened run did not finish"
+    if _unfinished(compat):
+        return (f", ratio at most {hardened_s / compat_s:.2f} (the --compat run was stopped before its end; "
+                "the goal is 0.33 or less)")
+    return f", ratio {hardened_s / compat_s:.2f} (the goal is 0.33 or less)"
+
+
+def _unfinished(run: RunResult) -> bool:
+    """Stopped before its end (``timeout``, Ctrl-C), as opposed to finished, passing or not."""
+    return run.status == INTERRUPTED or bool(run.missing_stages)
+
+
+def _exit_code(runs: dict[bool, tuple[RunResult, float]], wanted: int) -> int:
+    """130 where a wanted run is missing or was stopped, as a shell reports Ctrl-C; else 0 when every
+    run passed, 112 when one failed."""
+    if len(runs) < wanted or any(_unfinished(run) for run, _ in runs.values()):
+        return EXIT_INTERRUPTED
+    return 0 if all(run.passed for run, _ in runs.values()) else 112
 
 
 def _from_files(paths: list[Path]) -> int:
@@ -133,7 +171,7 @@ def _from_files(paths: list[Path]) -> int:
     names = {run.contestant.get("name", "?") for run, _ in runs.values()}
     _report(dict(sorted(runs.items())), "/".join(sorted(names)), f"{first.shapes['name']} ({first.device})",
             "stage walls summed:")
-    return 0 if all(run.passed for run, _ in runs.values()) else 112
+    return _exit_code(runs, len(runs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,12 +195,30 @@ def main(argv: list[str] | None = None) -> int:
                        RunOptions(device=device, timing={"benchmark_repeats": 1, "benchmark_warmup_repeats": 1}))
     chosen = {"both": (False, True), "hardened": (False,), "compat": (True,)}[args.protocols]
     runs: dict[bool, tuple[RunResult, float]] = {}
-    for compat in chosen:  # saved after each, so a cut-off second run loses only itself
-        runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check)
-        write_results(args.json, [run for run, _ in runs.values()])
-    _report(runs, args.contestant, f"{shapes} ({device})", "")
+    latest: list[RunResult] = []  # the running protocol's run as last saved
+
+    def save(current: RunResult) -> None:  # after every finished case, so a cut-off run keeps them
+        latest[:] = [current]
+        write_results(args.json, [*(run for run, _ in runs.values()), current])
+
+    begun = time.monotonic()
+    try:
+        with sigterm_as_interrupt():
+            for compat in chosen:
+                latest.clear()
+                begun = time.monotonic()
+                runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check, save)
+                write_results(args.json, [run for run, _ in runs.values()])
+    except KeyboardInterrupt as stop:
+        cut = interrupted(latest[0]) if latest else None
+        if cut is not None:
+            runs[cut.compat] = (cut, time.monotonic() - begun)
+            write_results(args.json, [run for run, _ in runs.values()])
+        print(f"time_to_verdict: stopped ({stop or 'Ctrl-C'}); what was measured is in {args.json}", file=sys.stderr)
+    if runs:
+        _report(runs, args.contestant, f"{shapes} ({device})", "")
     print(f"results: {args.json}")
-    return 0 if all(run.passed for run, _ in runs.values()) else 112
+    return _exit_code(runs, len(chosen))
 
 
 if __name__ == "__main__":

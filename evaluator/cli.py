@@ -35,6 +35,7 @@ from evaluator.cli_args import (
     add_run_options,
     precheck_text,
     resolve_contestants,
+    sigterm_as_interrupt,
 )
 from evaluator.hardening.precheck import precheck_file
 from evaluator.modes import MODE_NAMES, Mode
@@ -132,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _parser(argv).parse_args(argv)
-        return args.func(args)
+        with sigterm_as_interrupt():
+            return args.func(args)
     except UsageError as exc:
         print(f"qrbench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,9 +7,12 @@ Nothing here imports torch: ``qrbench --help`` builds its parser from these.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +43,7 @@ __all__ = [
     "precheck_text",
     "resolve_contestants",
     "results_path",
+    "sigterm_as_interrupt",
     "timing_overrides",
     "unused_path",
     "writable_file",
@@ -59,6 +63,27 @@ class UsageError(Exception):
 class OutputClosed(KeyboardInterrupt):
     """The reader of qrbench's output went away (``qrbench ... | head``): the run stops as after
     Ctrl-C (the runner saves the stage as interrupted) and qrbench exits quietly with 141."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While open, SIGTERM stops a run as Ctrl-C does (``KeyboardInterrupt("SIGTERM")``): the
+    runner saves the stage it was in as interrupted, with its finished cases. ``timeout``, batch
+    schedulers and ``kill`` send SIGTERM, whose default would end the process with the running
+    case's samples unsaved and its stage left "running". Off the main thread nothing changes
+    (Python delivers signals there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _cuda_available() -> bool:

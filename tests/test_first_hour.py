@@ -7,8 +7,10 @@ import argparse
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 
 import evaluator.run_command as run_command
 from evaluator.cli import main
-from evaluator.cli_args import OutputClosed, UsageError, results_path
+from evaluator.cli_args import OutputClosed, UsageError, results_path, sigterm_as_interrupt
 from evaluator.measure.stats import Stats
 from evaluator.progress import Feedback, PlainLog, ProgressLine, feedback, use_color
 from evaluator.report.leaderboard import write_leaderboard
@@ -115,6 +117,47 @@ def test_ctrl_c_saves_the_run_as_interrupted_and_exits_130(tmp_path: Path, monke
     assert not run.passed
     assert [c.status for c in run.stages[0].cases] == ["pass", "interrupted"]  # the finished case is kept
     assert run.stages[0].reason == "interrupted (Ctrl-C) while running case 2/2 (2x16 mixed)"
+
+
+def _finished_runs(path: Path) -> list[RunResult]:
+    try:
+        return load_results(path)
+    except (OSError, ValueError):  # not written yet
+        return []
+
+
+def test_sigterm_saves_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`timeout`, a batch scheduler or `kill` stop qrbench with SIGTERM: the run in progress is saved
+    as interrupted, the finished one kept, and qrbench exits 130 as after Ctrl-C."""
+    out_json = tmp_path / "r.json"
+    command = [sys.executable, "-m", "evaluator", "test", "geqrf", str(FIXTURES / "hangs.py"), "--shapes", TINY,
+               "--device", "cpu", "--json", str(out_json)]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(run.passed for run in _finished_runs(out_json)):  # geqrf done: hangs.py is next
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "geqrf's test run did not finish"
+        time.sleep(0.1)
+    time.sleep(1.0)  # into hangs.py's run (its worker starting, or its first case hanging)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"interrupted; what was measured is in {out_json}" in err
+    first, second = load_results(out_json)
+    assert first.passed
+    assert second.status == "interrupted"
+    assert second.stages[0].reason.startswith("interrupted (SIGTERM)")
+
+
+def test_sigterm_is_an_interrupt_only_inside_the_block() -> None:
+    def terminated() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at the next bytecode; never reached
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_as_interrupt(), pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        terminated()
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_interrupt_between_stages_interrupts_the_next_stage() -> None:

@@ -53,3 +53,36 @@ def test_time_to_verdict_from_a_file_without_a_leaderboard_run_names_it(tmp_path
         time_to_verdict.main(["--from", str(empty)])
     with pytest.raises(SystemExit, match=r"other\.json: not a qrbench results file"):
         time_to_verdict.main(["--from", str(other)])
+
+
+def test_a_cut_off_compat_run_keeps_its_cases_and_bounds_the_ratio(tmp_path: Path, monkeypatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A call's time limit (``timeout``'s SIGTERM) in the ``--compat`` run: the hardened run and the
+    compat stages measured so far are saved, and the ratio printed is an upper bound."""
+    real = time_to_verdict.run_contestant
+
+    def stopped_in_compat_ranked(contestant, mode, shapes, options, on_update=None, **kwargs):
+        def stop(stage: str, event: dict) -> None:
+            if options.compat and stage == "ranked" and event.get("event") == "case":
+                raise KeyboardInterrupt("SIGTERM")
+        return real(contestant, mode, shapes, options, on_update=on_update, on_progress=stop, **kwargs)
+
+    monkeypatch.setattr(time_to_verdict, "run_contestant", stopped_in_compat_ranked)
+    out = tmp_path / "ttv.json"
+    assert time_to_verdict.main(["geqrf", "--device", "cpu", "--json", str(out)]) == 130
+    printed = capsys.readouterr()
+    assert f"stopped (SIGTERM); what was measured is in {out}" in printed.err
+    assert "ratio at most" in printed.out
+    hardened, compat = load_results(out)
+    assert hardened.passed
+    assert not hardened.compat
+    assert compat.compat
+    assert compat.status == "interrupted"
+    assert [(s.name, s.status) for s in compat.stages] == [("test", "pass"), ("benchmark", "pass"),
+                                                          ("ranked", "interrupted")]
+    assert "benchmark: geomean hardened/compat" in printed.out  # the stages both protocols finished
+
+    assert time_to_verdict.main(["--from", str(out)]) == 130  # a stopped run, not a failed one
+    again = capsys.readouterr().out
+    walls = [sum(s.wall_s for s in run.stages) for run in (hardened, compat)]
+    assert float(again.split("ratio at most ")[1].split()[0]) == pytest.approx(walls[0] / walls[1], abs=0.006)
