@@ -30,6 +30,7 @@ from evaluator.cli_args import EXIT_INTERRUPTED, pick_device, sigterm_as_interru
 from evaluator.contestant import resolve_contestant
 from evaluator.measure.ledger import ACTIVITIES
 from evaluator.modes import SECRET_STAGE
+from evaluator.progress import Feedback, feedback
 from evaluator.results import (
     INTERRUPTED,
     CaseResult,
@@ -45,11 +46,21 @@ from evaluator.shapes import resolve_shapes
 
 
 def _timed_run(contestant: str, shapes_name: str, device: str, compat: bool, mirror_check: bool,
-               on_update: Callable[[RunResult], None]) -> tuple[RunResult, float]:
+               save: Callable[[RunResult], None], shown: Feedback) -> tuple[RunResult, float]:
+    """One protocol's leaderboard run, saved after every finished case (``save``) and shown as it
+    goes (``shown``: a status line on a terminal, a line per case in a log)."""
     shapes = resolve_shapes(shapes_name)
     start = time.monotonic()
     options = RunOptions(device=device, compat=compat, mirror_check=mirror_check and not compat)
-    run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options, on_update=on_update)
+
+    def update(current: RunResult) -> None:
+        save(current)
+        shown.update(current)
+
+    shown.start(f"{contestant} ({'--compat' if compat else 'hardened'})")
+    run = run_contestant(resolve_contestant(contestant), "leaderboard", shapes, options, on_update=update,
+                         on_progress=shown)
+    shown.done(run)
     return run, time.monotonic() - start
 
 
@@ -190,9 +201,6 @@ def main(argv: list[str] | None = None) -> int:
         return _from_files(args.sources)
     device = pick_device(args.device)
     shapes = args.shapes or ("qr_v2" if device == "cuda" else "smoke")
-    for mode in ("test", "benchmark"):  # fill the compile caches (see the module docstring)
-        run_contestant(resolve_contestant(args.contestant), mode, resolve_shapes(shapes),
-                       RunOptions(device=device, timing={"benchmark_repeats": 1, "benchmark_warmup_repeats": 1}))
     chosen = {"both": (False, True), "hardened": (False,), "compat": (True,)}[args.protocols]
     runs: dict[bool, tuple[RunResult, float]] = {}
     latest: list[RunResult] = []  # the running protocol's run as last saved
@@ -202,12 +210,18 @@ def main(argv: list[str] | None = None) -> int:
         write_results(args.json, [*(run for run, _ in runs.values()), current])
 
     begun = time.monotonic()
+    shown = feedback()
     try:
         with sigterm_as_interrupt():
+            print(f"{args.contestant}: filling the compile caches (a test run and a one-repeat benchmark, not counted)",
+                  file=sys.stderr, flush=True)
+            one_repeat = RunOptions(device=device, timing={"benchmark_repeats": 1, "benchmark_warmup_repeats": 1})
+            for mode in ("test", "benchmark"):  # see the module docstring
+                run_contestant(resolve_contestant(args.contestant), mode, resolve_shapes(shapes), one_repeat)
             for compat in chosen:
                 latest.clear()
                 begun = time.monotonic()
-                runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check, save)
+                runs[compat] = _timed_run(args.contestant, shapes, device, compat, args.mirror_check, save, shown)
                 write_results(args.json, [run for run, _ in runs.values()])
     except KeyboardInterrupt as stop:
         cut = interrupted(latest[0]) if latest else None

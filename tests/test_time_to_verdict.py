@@ -61,17 +61,21 @@ def test_a_cut_off_compat_run_keeps_its_cases_and_bounds_the_ratio(tmp_path: Pat
     compat stages measured so far are saved, and the ratio printed is an upper bound."""
     real = time_to_verdict.run_contestant
 
-    def stopped_in_compat_ranked(contestant, mode, shapes, options, on_update=None, **kwargs):
+    def stopped_in_compat_ranked(contestant, mode, shapes, options, on_update=None, on_progress=None):
         def stop(stage: str, event: dict) -> None:
+            if on_progress is not None:
+                on_progress(stage, event)
             if options.compat and stage == "ranked" and event.get("event") == "case":
                 raise KeyboardInterrupt("SIGTERM")
-        return real(contestant, mode, shapes, options, on_update=on_update, on_progress=stop, **kwargs)
+        return real(contestant, mode, shapes, options, on_update=on_update, on_progress=stop)
 
     monkeypatch.setattr(time_to_verdict, "run_contestant", stopped_in_compat_ranked)
     out = tmp_path / "ttv.json"
     assert time_to_verdict.main(["geqrf", "--device", "cpu", "--json", str(out)]) == 130
     printed = capsys.readouterr()
     assert f"stopped (SIGTERM); what was measured is in {out}" in printed.err
+    assert "geqrf (hardened) · ranked-secret: pass" in printed.err  # progress, a line per case and stage off a terminal
+    assert "geqrf (--compat) · benchmark · case 1/" in printed.err
     assert "ratio at most" in printed.out
     hardened, compat = load_results(out)
     assert hardened.passed
