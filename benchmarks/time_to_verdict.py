@@ -9,6 +9,9 @@ hardened ranked submission in a third of the contest's). Both runs go to one res
 A kernel's compile caches live in its scratch directory, shared by both protocols, so whichever
 ran first would pay the compiles for both: a test run and a one-repeat benchmark run (not
 counted) fill them first.
+The results file is rewritten after every finished case, and SIGTERM (a time limit's) stops the
+run as Ctrl-C does, so a run cut off keeps what it measured; the ratio to a stopped ``--compat``
+run is then an upper bound, and is printed as one.
 ``--protocols`` runs one of the two (to split a long pair across machine leases), and ``--from
 FILE...`` reports runs saved earlier, such a split pair among them;
 ``--mirror-check`` runs the hardened one with mirror checks (docs/hardening.md): on an H100 they
