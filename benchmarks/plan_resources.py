@@ -75,15 +75,13 @@ def _cubin_costs(cubin: bytes) -> tuple[int, int, int]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "launch.cubin"
         path.write_bytes(cubin)
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", str(path)], capture_output=True, text=True,
-                               check=True).stdout
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", str(path)], capture_output=True, text=True,
-                              check=True).stdout
-    found = _USAGE.search(usage)
+        listing = subprocess.run([_tool("cuobjdump"), "-res-usage", "-sass", str(path)], capture_output=True,
+                                 text=True, check=True).stdout
+    found = _USAGE.search(listing)
     if found is None:
-        raise RuntimeError(f"cuobjdump -res-usage printed no REG/STACK line:\n{usage}")
+        raise RuntimeError(f"cuobjdump -res-usage printed no REG/STACK line:\n{listing}")
     registers, stack = map(int, found.groups())
-    return registers, stack, len(_INSTRUCTION.findall(sass))
+    return registers, stack, len(_INSTRUCTION.findall(listing))
 
 
 def _plan(n: int, setting: str) -> Plan:
