@@ -20,7 +20,8 @@ import pytest
 from benchmarks.gram_panel import fallback_flags
 from evaluator.shapes import Case
 from reference import CASES, generate_input, verdict
-from reference_kernels.blocked_wy import Plan, default_plan, qr
+from reference_kernels.blocked_wy import Plan, default_plan, products, qr
+from reference_kernels.blocked_wy.gram_lookahead import gram_lookahead_step
 from reference_kernels.blocked_wy.gram_panel import gram_panel
 from tests.conftest import every_case, more_inputs, qr_v2_benchmarks
 
@@ -177,6 +178,9 @@ GRAM_PLANS = {
     "one-leaf": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram"),
     "pairs": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram", two_columns=True),
     "leaf-steps": Plan(nb=64, leaf=32, whole_max=0, update="cublas-tf32x3", inner="triton", panel="gram"),
+    "lookahead": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram", lookahead=True),
+    "lookahead-pairs": Plan(nb=32, leaf=32, whole_max=0, update="tf32x3", inner="triton", panel="gram",
+                            lookahead=True, two_columns=True),
 }
 
 
@@ -189,12 +193,62 @@ def test_gram_panels_factor_every_case(case: str, plan: Plan) -> None:
     _assert_factors(a, plan)
 
 
+@pytest.mark.parametrize("lookahead", [False, True], ids=["in-turn", "lookahead"])
 @pytest.mark.parametrize("case", every_case(["dense", "mixed"]))
-def test_gram_panels_with_a_narrow_last_leaf_and_unaligned_rows(case: str) -> None:
+def test_gram_panels_with_a_narrow_last_leaf_and_unaligned_rows(case: str, lookahead: bool) -> None:
     """n = 37 in panels of 16: rows 37 floats apart (no 16-byte alignment) and a last panel of 5
     columns in 16-wide tiles."""
     a = generate_input(2, 37, 2, 4600, case).to(DEVICE)
-    _assert_factors(a, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", inner="triton", panel="gram"))
+    _assert_factors(a, Plan(nb=16, leaf=16, whole_max=0, update="tf32x3", inner="triton", panel="gram",
+                            lookahead=lookahead))
+
+
+def _first_panel(a: torch.Tensor, nb: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``a`` with its first nb columns factored on the Gram route, and their V and T."""
+    batch, m, _ = a.shape
+    h = a.clone()
+    v, t = h.new_empty(batch, m, nb), h.new_empty(batch, nb, nb)
+    gram_panel(h[:, :, :nb], h.new_empty(batch, nb), (v, t))
+    return h, v, t
+
+
+@pytest.mark.parametrize("ncols", [64, 96, 32], ids=["part-of-a-strip-beyond", "a-strip-beyond", "last-panel"])
+def test_a_lookahead_step_is_the_update_then_the_next_panel(ncols: int) -> None:
+    """One gram lookahead step gives what the two-launch update followed by gram_panel on the next
+    panel gives: the trailing block, the next panel's H, tau, V and T, and its fallback flags; the
+    second matrix's next panel has two nearly collinear columns, so its column-step program falls
+    back inside the shared launch while the first matrix's does not."""
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(2, 200, 32 + ncols, generator=gen)
+    a[1, :, 32 + 5] = a[1, :, 32 + 4] + 1e-6 * torch.randn(200, generator=gen)
+    h, v, t = _first_panel(a.to(DEVICE), 32)
+    pw = min(32, ncols)
+    expected = h[:, :, 32:].clone()
+    products.wy_update(expected, v, t)
+    e_tau, e_v, e_t = h.new_empty(2, pw), h.new_empty(2, 168, pw), h.new_empty(2, pw, pw)
+    e_flags = gram_panel(expected[:, 32:, :pw], e_tau, (e_v, e_t))
+    got = h[:, :, 32:].clone()
+    tau, nv, nt = torch.zeros_like(e_tau), torch.zeros_like(e_v), torch.zeros_like(e_t)
+    flags = gram_lookahead_step(got, v, t, tau, (nv, nt), None, products.DEFAULT_TILES)
+    assert flags.tolist() == e_flags.tolist() == [0, 1]
+    for name, x, y in (("trailing block", got, expected), ("tau", tau, e_tau), ("V", nv, e_v), ("T", nt, e_t)):
+        torch.testing.assert_close(x, y, rtol=0, atol=2e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_a_lookahead_step_reads_its_source() -> None:
+    """With ``src``, the step reads the trailing block from it and leaves it as it was."""
+    gen = torch.Generator().manual_seed(10)
+    h, v, t = _first_panel(torch.randn(1, 120, 96, generator=gen).to(DEVICE), 32)
+    src = h[:, :, 32:].clone()
+    in_place, from_src = src.clone(), torch.full_like(src, float("nan"))
+    outputs = []
+    for c, source in ((in_place, None), (from_src, src)):
+        tau, nv, nt = h.new_empty(1, 32), h.new_empty(1, 88, 32), h.new_empty(1, 32, 32)
+        gram_lookahead_step(c, v, t, tau, (nv, nt), source, products.DEFAULT_TILES)
+        outputs.append((c, tau, nv, nt))
+    torch.testing.assert_close(src, h[:, :, 32:], rtol=0, atol=0)
+    for x, y in zip(*outputs, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
 def test_gram_leaves_with_library_leaf_products() -> None:
@@ -216,6 +270,15 @@ def test_a_gram_plan_refuses_what_its_kernels_cannot_take() -> None:
         Plan(nb=32, leaf=32, panel="cholesky")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="bad panel shapes"):
         gram_panel(torch.zeros(1, 40, 32), torch.zeros(1, 16), (torch.zeros(1, 40, 32), torch.zeros(1, 32, 32)))
+    lookahead = Plan(nb=32, leaf=32, update="tf32x3", panel="gram", lookahead=True)
+    for bad in ({"nb": 64, "leaf": 64}, {"tiles": products.UpdateTiles(fused=True)}, {"update": "cublas-tf32x3"},
+                {"leaf": 16}):
+        with pytest.raises(ValueError, match="lookahead needs"):
+            replace(lookahead, **bad)
+    with pytest.raises(ValueError, match="bad gram lookahead shapes"):
+        gram_lookahead_step(torch.zeros(1, 100, 64), torch.zeros(1, 100, 16), torch.zeros(1, 16, 16),
+                            torch.zeros(1, 32), (torch.zeros(1, 84, 32), torch.zeros(1, 32, 32)), None,
+                            products.DEFAULT_TILES)
 
 
 # ---- GPU only: the contest's large shapes on gram panels -----------------------------------------

@@ -28,6 +28,8 @@ or block below the top, which rounds to nothing, never falls back.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -36,7 +38,7 @@ from reference_kernels.blocked_wy.column_steps import _add_pairs, _larft_column
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.source import _base
 
-__all__ = ["GRAM_ERROR_LIMIT", "MAX_LEAF", "error_scale", "gram_panel"]
+__all__ = ["GRAM_ERROR_LIMIT", "MAX_LEAF", "GramSteps", "error_scale", "gram_column_program", "gram_panel"]
 
 # Largest bound on a squared norm's relative rounding that the Gram route accepts (the docstring).
 GRAM_ERROR_LIMIT = 1e-9
@@ -381,17 +383,13 @@ def _gram_pair(top, mix, gram, tri, taus, shaky, k, idx, lower_norms, rounding_s
     return top, mix, gram, tri, taus, shaky
 
 
-@triton.jit(do_not_specialize=["p_off", "v_off", "t_off", "tau_off", "m", "n_parts"])
-def _gram_householder_kernel(
-    p, p_off, p_mat_stride, p_row_stride,
-    v, v_off, v_mat_stride, v_row_stride,
-    t, t_off, t_mat_stride, t_row_stride,
-    tau, tau_off, tau_stride,
-    part, n_parts, coef, fallback, m, rounding_scale,
+@triton.jit
+def gram_column_program(
+    pid, p, p_off, p_mat_stride, p_row_stride, v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride, tau, tau_off, tau_stride, part, n_parts, coef, fallback, m, rounding_scale,
     W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PAIRS: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
-    """Step 2 of the module docstring for matrix ``program_id(0)``; PAIRS: columns two at a time."""
-    pid = tl.program_id(0).to(tl.int64)
+    """Step 2 of the module docstring for matrix ``pid`` (int64); PAIRS: columns two at a time."""
     idx = tl.arange(0, BW)
     r2 = idx[:, None]
     c2 = idx[None, :]
@@ -441,6 +439,23 @@ def _gram_householder_kernel(
     tl.store(t + t_off + pid * t_mat_stride + r2 * t_row_stride + c2, tri.to(tl.float32), mask=inside)
 
 
+@triton.jit(do_not_specialize=["p_off", "v_off", "t_off", "tau_off", "m", "n_parts"])
+def _gram_householder_kernel(
+    p, p_off, p_mat_stride, p_row_stride,
+    v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride,
+    tau, tau_off, tau_stride,
+    part, n_parts, coef, fallback, m, rounding_scale,
+    W: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PAIRS: tl.constexpr, INTERPRETED: tl.constexpr,
+):
+    """:func:`gram_column_program` for matrix ``program_id(0)``."""
+    gram_column_program(
+        tl.program_id(0).to(tl.int64), p, p_off, p_mat_stride, p_row_stride, v, v_off, v_mat_stride, v_row_stride,
+        t, t_off, t_mat_stride, t_row_stride, tau, tau_off, tau_stride, part, n_parts, coef, fallback, m,
+        rounding_scale, W, BW, BR, PAIRS, INTERPRETED,
+    )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["p_off", "v_off", "m"])
 def _bottom_v_kernel(
     p, p_off, p_mat_stride, p_row_stride,
@@ -470,6 +485,72 @@ def error_scale(rows: int, error_limit: float) -> float:
     return max(rows, 1) * _EPS64 / error_limit if error_limit > 0 else 1e200
 
 
+@dataclass
+class GramSteps:
+    """One panel's operands of the three steps and the buffers they pass on: the Gram in
+    ``n_parts`` parts of ``part_rows`` rows below the top block (``part``, b x n_parts x BW x BW,
+    float64), the coefficients of V's lower rows (``coef``) and the fallback flags."""
+
+    panel: torch.Tensor
+    v: torch.Tensor
+    t: torch.Tensor
+    tau: torch.Tensor
+    block_w: int
+    n_parts: int
+    part_rows: int
+    part: torch.Tensor
+    coef: torch.Tensor
+    fallback: torch.Tensor
+
+    @classmethod
+    def of(cls, panel: torch.Tensor, v: torch.Tensor, t: torch.Tensor, tau: torch.Tensor) -> GramSteps:
+        batch, m, w = panel.shape
+        if m < w or tau.shape != (batch, w) or v.shape != panel.shape or t.shape != (batch, w, w):
+            raise ValueError(f"bad panel shapes: panel {tuple(panel.shape)}, tau {tuple(tau.shape)}, "
+                             f"V {tuple(v.shape)}, T {tuple(t.shape)}")
+        if w > MAX_LEAF:
+            raise ValueError(f"a gram panel takes at most {MAX_LEAF} columns, got {w}")
+        block_w = max(16, pow2_at_least(w))
+        below = m - w
+        n_parts = max(1, min(_MAX_PARTS, ceil_div(below, _GRAM_ROWS)))
+        part_rows = ceil_div(ceil_div(max(below, 1), n_parts), _GRAM_ROWS) * _GRAM_ROWS
+        return cls(
+            panel, v, t, tau, block_w, n_parts, part_rows,
+            part=panel.new_empty(batch, n_parts, block_w, block_w, dtype=torch.float64),
+            coef=panel.new_empty(batch, block_w, block_w, dtype=torch.float64),
+            fallback=panel.new_empty(batch, dtype=torch.int32),
+        )  # fmt: skip
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {"W": self.panel.shape[-1], "BW": self.block_w}
+
+    @property
+    def p_args(self) -> tuple[object, ...]:
+        return (*_base(self.panel), self.panel.stride(0), self.panel.stride(1))
+
+    def column_args(self, error_limit: float = GRAM_ERROR_LIMIT) -> tuple[object, ...]:
+        """The column-step program's arguments before its constants (:func:`gram_column_program`'s after pid)."""
+        v, t, tau = self.v, self.t, self.tau
+        m = self.panel.shape[1]
+        return (*self.p_args, *_base(v), v.stride(0), v.stride(1), *_base(t), t.stride(0), t.stride(1),
+                *_base(tau), tau.stride(0), self.part, self.n_parts, self.coef, self.fallback, m,
+                error_scale(m, error_limit))
+
+    def column_constants(self, pairs: bool) -> dict[str, object]:
+        """The column-step program's constants."""
+        return {"BR": _FALLBACK_ROWS, "PAIRS": pairs, "INTERPRETED": INTERPRETED, **self.sizes}
+
+    def write_v(self) -> None:
+        """Step 3: V's rows below the top block, where the column step took the Gram route."""
+        batch, m, w = self.panel.shape
+        if m > w:
+            _bottom_v_kernel[(ceil_div(m - w, _V_ROWS), batch)](
+                *self.p_args, *_base(self.v), self.v.stride(0), self.v.stride(1), self.coef, self.fallback, m,
+                BR=_V_ROWS, num_warps=4, **self.sizes,
+            )  # fmt: skip
+
+
 def gram_panel(
     panel: torch.Tensor,
     tau: torch.Tensor,
@@ -486,35 +567,14 @@ def gram_panel(
     ``error_limit`` replaces ``GRAM_ERROR_LIMIT`` (0 sends every panel whose rows below hold anything
     down the fallback). Returns each matrix's int32 flag: 1 where the fallback ran.
     """
-    v, t = wy
-    batch, m, w = panel.shape
-    if m < w or tau.shape != (batch, w) or v.shape != panel.shape or t.shape != (batch, w, w):
-        raise ValueError(f"bad panel shapes: panel {tuple(panel.shape)}, tau {tuple(tau.shape)}, "
-                         f"V {tuple(v.shape)}, T {tuple(t.shape)}")
-    if w > MAX_LEAF:
-        raise ValueError(f"a gram panel takes at most {MAX_LEAF} columns, got {w}")
-    block_w = max(16, pow2_at_least(w))
-    below = m - w
-    n_parts = max(1, min(_MAX_PARTS, ceil_div(below, _GRAM_ROWS)))
-    part_rows = ceil_div(ceil_div(max(below, 1), n_parts), _GRAM_ROWS) * _GRAM_ROWS
-    part = panel.new_empty(batch, n_parts, block_w, block_w, dtype=torch.float64)
-    coef = panel.new_empty(batch, block_w, block_w, dtype=torch.float64)
-    fallback = panel.new_empty(batch, dtype=torch.int32)
-    p_args = (*_base(panel), panel.stride(0), panel.stride(1))
-    v_args = (*_base(v), v.stride(0), v.stride(1))
-    sizes = {"W": w, "BW": block_w}
-    _bottom_gram_kernel[(n_parts, batch)](
-        *p_args, part, m, part_rows, BR=_GRAM_ROWS, GR=min(block_w, _DOT_ROWS), INTERPRETED=INTERPRETED,
-        num_warps=4, **sizes,
+    steps = GramSteps.of(panel, *wy, tau)
+    batch, m, _ = panel.shape
+    _bottom_gram_kernel[(steps.n_parts, batch)](
+        *steps.p_args, steps.part, m, steps.part_rows, BR=_GRAM_ROWS, GR=min(steps.block_w, _DOT_ROWS),
+        INTERPRETED=INTERPRETED, num_warps=4, **steps.sizes,
     )
     _gram_householder_kernel[(batch,)](
-        *p_args, *v_args, *_base(t), t.stride(0), t.stride(1), *_base(tau), tau.stride(0),
-        part, n_parts, coef, fallback, m, error_scale(m, error_limit), BR=_FALLBACK_ROWS, PAIRS=pairs,
-        INTERPRETED=INTERPRETED,
-        num_warps=warps, **sizes,
+        *steps.column_args(error_limit), num_warps=warps, **steps.column_constants(pairs),
     )
-    if below > 0:
-        _bottom_v_kernel[(ceil_div(below, _V_ROWS), batch)](
-            *p_args, *v_args, coef, fallback, m, BR=_V_ROWS, num_warps=4, **sizes,
-        )
-    return fallback
+    steps.write_v()
+    return steps.fallback

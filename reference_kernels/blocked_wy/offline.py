@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import triton
 
+import reference_kernels.blocked_wy.gram_lookahead as gram_lookahead
 import reference_kernels.blocked_wy.gram_panel as gram_panel
 import reference_kernels.blocked_wy.kernels as kernels
 import reference_kernels.blocked_wy.lookahead as lookahead
@@ -35,6 +36,8 @@ _KERNELS = (
     (gram_panel, "_bottom_gram_kernel"),
     (gram_panel, "_gram_householder_kernel"),
     (gram_panel, "_bottom_v_kernel"),
+    (gram_lookahead, "_strip_kernel"),
+    (gram_lookahead, "_gram_lookahead_kernel"),
     (products, "_project_kernel"),
     (products, "_subtract_kernel"),
     (products, "_fused_update_kernel"),

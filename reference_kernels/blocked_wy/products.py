@@ -151,39 +151,17 @@ def _project_kernel(
         tl.store(out_ptrs, _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, acc), mask=col_ok)
 
 
-@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
-def _subtract_kernel(
-    src,
-    src_off,
-    dst,
-    dst_off,
-    c_mat_stride,
-    c_row_stride,
-    v,
-    v_off,
-    v_mat_stride,
-    v_row_stride,
-    t,
-    t_off,
-    t_mat_stride,
-    t_row_stride,
-    w,
-    w_mat_stride,
-    n_parts,
-    m,
-    ncols,
-    NB: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    SPLIT: tl.constexpr,
-    ALIGNED: tl.constexpr,
-    SRC_AT_ADDRESS: tl.constexpr,
-    DST_AT_ADDRESS: tl.constexpr,
+@triton.jit
+def subtract_program(
+    pid, pid_b, src, src_off, dst, dst_off, c_mat_stride, c_row_stride, v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride, w, w_mat_stride, w_ncols, n_parts, m, ncols,
+    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, ALIGNED: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr, DST_AT_ADDRESS: tl.constexpr,
 ):
-    """dst[tile] = src[tile] - V[rows] W[:, cols] for one BM x BN tile of one matrix; with ``SPLIT``,
-    W[:, cols] = T^T (sum of the ``n_parts`` partial V^T C) first."""
-    pid = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
+    """dst[tile] = src[tile] - V[rows] W[:, cols] for BM x BN tile ``pid`` of matrix ``pid_b`` (the
+    tiles of ncols columns row-major); W's rows are ``w_ncols`` long (ncols, or more where c is the
+    right part of W's columns). With ``SPLIT``, W[:, cols] = T^T (sum of the ``n_parts`` partial
+    V^T C) first."""
     n_tiles = tl.cdiv(ncols, BN)
     rows = (pid // n_tiles) * BM + tl.arange(0, BM)[:, None]
     cols = (pid % n_tiles) * BN + tl.arange(0, BN)[None, :]
@@ -195,15 +173,30 @@ def _subtract_kernel(
     # the order the measured plans were compiled with.
     inside = (rows < m) & (cols < ncols)
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
-    w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * ncols + cols
+    w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * w_ncols + cols
     ww = tl.load(w_ptrs, mask=cols < ncols, other=0.0)
     if SPLIT:
         i = 1
         while i < n_parts:  # a few partials: not worth pipelining
-            ww += tl.load(w_ptrs + i * NB * ncols, mask=cols < ncols, other=0.0)
+            ww += tl.load(w_ptrs + i * NB * w_ncols, mask=cols < ncols, other=0.0)
             i += 1
         ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
     _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, inside, vv, ww)
+
+
+@triton.jit(do_not_specialize=["src_off", "dst_off", "v_off", "t_off", "n_parts"])
+def _subtract_kernel(
+    src, src_off, dst, dst_off, c_mat_stride, c_row_stride, v, v_off, v_mat_stride, v_row_stride,
+    t, t_off, t_mat_stride, t_row_stride, w, w_mat_stride, n_parts, m, ncols,
+    NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, ALIGNED: tl.constexpr,
+    SRC_AT_ADDRESS: tl.constexpr, DST_AT_ADDRESS: tl.constexpr,
+):
+    """:func:`subtract_program` for tile ``program_id(0)`` of matrix ``program_id(1)``."""
+    subtract_program(
+        tl.program_id(0), tl.program_id(1).to(tl.int64), src, src_off, dst, dst_off, c_mat_stride, c_row_stride,
+        v, v_off, v_mat_stride, v_row_stride, t, t_off, t_mat_stride, t_row_stride, w, w_mat_stride, ncols, n_parts,
+        m, ncols, NB, BM, BN, SPLIT, ALIGNED, SRC_AT_ADDRESS, DST_AT_ADDRESS,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -392,12 +385,28 @@ def wy_update(
             FROM_SOURCE=from_source and trim is not None, num_warps=_update_warps(tiles, nb),
         )  # fmt: skip
         return
+    work, parts = project(src, v, t_args, tiles, aligned)
+    _subtract(src, c, v, t_args, work, parts, tiles, aligned)
+
+
+def project(
+    src: torch.Tensor | StorageAt, v: torch.Tensor, t_args: tuple[object, ...], tiles: UpdateTiles, aligned: bool
+) -> tuple[torch.Tensor, int]:
+    """The first of :func:`wy_update`'s two launches: ``(work, parts)``, where work (b x parts x nb
+    x ncols) holds W = T^T V^T src if parts == 1, else that many partial V^T src over row parts (a
+    batch too small to fill the GPU splits the rows), which the subtraction sums and multiplies by
+    T^T."""
+    batch, m, ncols = src.shape
+    nb = v.shape[-1]
+    src_base, src_off = _base(src)
+    v_base, v_off = _base(v)
+    strips = ceil_div(ncols, tiles.block_n)
     part_rows = ceil_div(m, project_parts(m, strips * batch, _multiprocessors(v.device)))
     part_rows = ceil_div(part_rows, tiles.project_bm) * tiles.project_bm
     parts = ceil_div(m, part_rows)
     work = v.new_empty(batch, parts, nb, ncols)
     _project_kernel[(strips, batch, parts)](
-        src_base, src_off, c.stride(0), c.stride(1),
+        src_base, src_off, src.stride(0), src.stride(1),
         v_base, v_off, v.stride(0), v.stride(1),
         *t_args,
         work, work.stride(0),
@@ -405,7 +414,7 @@ def wy_update(
         NB=nb, BM=tiles.project_bm, BN=tiles.block_n, SPLIT=parts > 1, ALIGNED=aligned, INTERPRETED=INTERPRETED,
         STAGES=tiles.stages, SRC_AT_ADDRESS=isinstance(src, StorageAt), num_warps=_update_warps(tiles, nb),
     )  # fmt: skip
-    _subtract(src, c, v, t_args, work, parts, tiles, aligned)
+    return work, parts
 
 
 def wy_subtract(

@@ -22,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from reference_kernels.blocked_wy.gram_lookahead import MAX_GRAM_LOOKAHEAD, gram_lookahead_step
 from reference_kernels.blocked_wy.gram_panel import MAX_LEAF, gram_panel
 from reference_kernels.blocked_wy.kernels import MAX_TILE, factor_matrices, factor_panel, panel_tile
 from reference_kernels.blocked_wy.lookahead import lookahead_step
@@ -97,8 +98,10 @@ class Plan:
       the fused ``tf32x3`` update and one leaf per panel, whose kernels are the ones that read them.
     - ``lookahead``: after the first panel, one launch per panel updates the trailing block and
       factors the next panel (:mod:`.lookahead`: a program per matrix does the next panel's strip,
-      then the panel, while the others update the columns beyond it). Needs the fused ``tf32x3``
-      update and one householder leaf per panel (every panel's leaf width, at its height, >= nb).
+      then the panel, while the others update the columns beyond it). Needs the ``tf32x3`` update
+      and one leaf per panel: householder leaves (every panel's leaf width, at its height, >= nb)
+      with the fused update, or gram leaves with the two launches, where the next panel's column
+      steps share the subtraction's launch (:mod:`.gram_lookahead`).
     """
 
     nb: int
@@ -140,10 +143,13 @@ class Plan:
             raise ValueError("a gram panel does not trim (its kernels do not read the widths)")
         if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
             raise ValueError("trim needs the fused tf32x3 update and one leaf per panel (leaf >= nb)")
-        if self.lookahead and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb
-                                   and self.panel == "householder" and not self.trim):
-            raise ValueError("lookahead needs the fused tf32x3 update, one householder leaf per panel (leaf >= nb) "
-                             "and no trim")
+        householder_ahead = self.tiles.fused and self.panel == "householder"
+        gram_ahead = not self.tiles.fused and self.panel == "gram" and self.nb <= MAX_GRAM_LOOKAHEAD
+        if self.lookahead and not (self.update == "tf32x3" and self.leaf >= self.nb and not self.trim
+                                   and (householder_ahead or gram_ahead)):
+            raise ValueError("lookahead needs the tf32x3 update, one leaf per panel (leaf >= nb) and no trim: "
+                             "householder leaves with the fused update, or gram leaves of at most "
+                             f"{MAX_GRAM_LOOKAHEAD} columns with the two launches")
 
 
 # The trailing update in one launch (a program per column strip), W from 64-row steps.
@@ -362,7 +368,8 @@ def _factor_looking_ahead(
     h: torch.Tensor | StorageAt, tau: torch.Tensor | StorageAt, plan: Plan, src: torch.Tensor | StorageAt | None
 ) -> None:
     """:func:`_factor_in_place` with ``plan.lookahead``: the first panel as there, then one
-    :func:`.lookahead.lookahead_step` per panel (the first reading the trailing block from ``src``)."""
+    :func:`.lookahead.lookahead_step` (gram panels: :func:`.gram_lookahead.gram_lookahead_step`) per
+    panel, the first reading the trailing block from ``src``."""
     batch, n, _ = h.shape
     nb = min(plan.nb, n)
     if src is not None:
@@ -373,8 +380,12 @@ def _factor_looking_ahead(
         wy = (torch.empty(batch, n - j1, j2 - j1, dtype=torch.float32, device=v.device),
               torch.empty(batch, j2 - j1, j2 - j1, dtype=torch.float32, device=v.device))
         first = src[:, :, j1:] if src is not None and j0 == 0 else None
-        lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps,
-                       plan.one_reduction, plan.top_tile, plan.two_columns, plan.halves)
+        if plan.panel == "gram":
+            gram_lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps or 4,
+                                plan.two_columns)
+        else:
+            lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps,
+                           plan.one_reduction, plan.top_tile, plan.two_columns, plan.halves)
         v, t = wy
 
 
