@@ -17,6 +17,7 @@ EXPORT_MODULES = (
     "reference_kernels.blocked_wy.split_tf32",
     "reference_kernels.blocked_wy.products",
     "reference_kernels.blocked_wy.lookahead",
+    "reference_kernels.blocked_wy.gram_lookahead",
     "reference_kernels.blocked_wy.tail",
     "reference_kernels.blocked_wy.qr",
 )
