@@ -207,16 +207,20 @@ DEFAULT_PLANS: tuple[tuple[int, Plan], ...] = (
     # three 60x1024 cases against eight (reports/h100/2026-12-07-blocked_wy-compare-la1024.md, §W28).
     (2047, Plan(nb=32, leaf=16, update="tf32x3", inner="triton", top_tile=False, two_columns=True, panel_warps=4,
                 tiles=FUSED_ROWS_64)),
-    # 8x2048: 128-column panels with the cuBLAS split-TF32 update (§W4, §W11), factored by Gram-route
-    # leaves of 32 (gram_panel.py) at four column-step warps, one column at a time: the fastest in the
-    # H100 sweep reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json.gz, and paired blocks
-    # 0.863 of the Householder-panel plan's time (reports/h100/2026-12-06-blocked_wy-compare-gram.md, §W21).
-    (4095, Plan(nb=128, leaf=32, update="cublas-tf32x3", inner="triton", panel="gram", panel_warps=4)),
+    # 8x2048: Gram-route panels (gram_panel.py) at four column-step warps, one column at a time (the
+    # H100 sweep reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-2048.json.gz; paired blocks 0.863 of
+    # the Householder-panel plan's time, reports/h100/2026-12-06-blocked_wy-compare-gram.md, §W21), of
+    # 32 columns with the two-launch tf32x3 update looking ahead (gram_lookahead.py): paired blocks
+    # 0.953 [0.951, 0.956] of 128-column panels with the cuBLAS split-TF32 update (§W4, §W11) on an H100
+    # (reports/h100/2026-12-07-blocked_wy-compare-gram-lookahead-2048.md, §W32).
+    (4095, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4, lookahead=True)),
     # 2x4096: the tf32x3 update in two launches (§W11), one Gram-route leaf of 32 per panel at four
     # column-step warps, one column at a time: the fastest in the H100 sweep
     # reports/h100/2026-12-06-blocked_wy-sweep-gram-warps-4096.json.gz, and paired blocks 0.769 of the
-    # Householder-panel plan's time (the same compare file, §W21).
-    (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4)),
+    # Householder-panel plan's time (the same compare file, §W21). Looking ahead: paired blocks 0.924
+    # [0.920, 0.927] of the same plan in turn on an H100
+    # (reports/h100/2026-12-07-blocked_wy-compare-gram-lookahead-4096.md, §W32).
+    (1 << 30, Plan(nb=32, leaf=32, update="tf32x3", inner="triton", panel="gram", panel_warps=4, lookahead=True)),
 )
 
 
