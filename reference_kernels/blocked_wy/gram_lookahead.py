@@ -28,13 +28,7 @@ import triton.language as tl
 from reference_kernels.blocked_wy.gram_panel import GramSteps, gram_column_program
 from reference_kernels.blocked_wy.kernels import _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div
-from reference_kernels.blocked_wy.products import (
-    UpdateTiles,
-    _t_transposed_times,
-    _update_warps,
-    project,
-    subtract_program,
-)
+from reference_kernels.blocked_wy.products import UpdateTiles, _update_warps, project, subtract_program, w_columns
 from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
 __all__ = ["MAX_GRAM_LOOKAHEAD", "gram_lookahead_step"]
@@ -81,14 +75,8 @@ def _strip_kernel(
     ks = tl.arange(0, NB)
     cols = tl.arange(0, BW)[None, :]
     col_ok = cols < PW
-    w_ptrs = work + pid_b * w_mat_stride + ks[:, None] * w_ncols + cols
-    ww = tl.load(w_ptrs, mask=col_ok, other=0.0)
-    if SPLIT:
-        i = 1
-        while i < w_parts:  # a few partials: not worth pipelining
-            ww += tl.load(w_ptrs + i * NB * w_ncols, mask=col_ok, other=0.0)
-            i += 1
-        ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
+    ww = w_columns(work + pid_b * w_mat_stride + ks[:, None] * w_ncols + cols, col_ok, w_parts, NB * w_ncols,
+                   t + t_off + pid_b * t_mat_stride, t_row_stride, ks, SPLIT)
     src_mat = matrix_start(storage(src, SRC_AT_ADDRESS), src_off, pid_b, c_mat_stride, ALIGNED)
     dst_mat = matrix_start(dst, dst_off, pid_b, c_mat_stride, ALIGNED)
     v_mat = matrix_start(v, v_off, pid_b, v_mat_stride, ALIGNED)

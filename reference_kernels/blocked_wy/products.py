@@ -152,6 +152,20 @@ def _project_kernel(
 
 
 @triton.jit
+def w_columns(w_ptrs, col_ok, n_parts, part_stride, t_mat, t_row_stride, ks, SPLIT: tl.constexpr):
+    """W's columns at ``w_ptrs`` (zeros outside ``col_ok``): as stored or, with SPLIT, T^T (at
+    ``t_mat``) times the sum of the ``n_parts`` partial V^T C stored ``part_stride`` apart."""
+    ww = tl.load(w_ptrs, mask=col_ok, other=0.0)
+    if SPLIT:
+        i = 1
+        while i < n_parts:  # a few partials: not worth pipelining
+            ww += tl.load(w_ptrs + i * part_stride, mask=col_ok, other=0.0)
+            i += 1
+        ww = _t_transposed_times(t_mat, t_row_stride, ks, ww)
+    return ww
+
+
+@triton.jit
 def subtract_program(
     pid, pid_b, src, src_off, dst, dst_off, c_mat_stride, c_row_stride, v, v_off, v_mat_stride, v_row_stride,
     t, t_off, t_mat_stride, t_row_stride, w, w_mat_stride, w_ncols, n_parts, m, ncols,
@@ -173,14 +187,8 @@ def subtract_program(
     # the order the measured plans were compiled with.
     inside = (rows < m) & (cols < ncols)
     vv = tl.load(v_mat + rows * v_row_stride + ks[None, :], mask=rows < m, other=0.0)
-    w_ptrs = w + pid_b * w_mat_stride + ks[:, None] * w_ncols + cols
-    ww = tl.load(w_ptrs, mask=cols < ncols, other=0.0)
-    if SPLIT:
-        i = 1
-        while i < n_parts:  # a few partials: not worth pipelining
-            ww += tl.load(w_ptrs + i * NB * w_ncols, mask=cols < ncols, other=0.0)
-            i += 1
-        ww = _t_transposed_times(t + t_off + pid_b * t_mat_stride, t_row_stride, ks, ww)
+    ww = w_columns(w + pid_b * w_mat_stride + ks[:, None] * w_ncols + cols, cols < ncols, n_parts, NB * w_ncols,
+                   t + t_off + pid_b * t_mat_stride, t_row_stride, ks, SPLIT)
     _subtract_tile(src_mat, dst_mat, c_row_stride, rows, cols, inside, inside, vv, ww)
 
 
