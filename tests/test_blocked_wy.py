@@ -589,7 +589,7 @@ def test_every_launch_compiles_for_hopper_and_blackwell(arch: int) -> None:
         ((1, 33), Plan(nb=32, leaf=32, two_columns=True)),  # pairs on a whole matrix, odd n
         ((1, 352), replace(default_plan(352), top_tile=True)),  # pairs with the top tile, leaves of 32
         ((1, 4096), replace(default_plan(4096), panel="gram", leaf=32)),  # gram panels, one leaf each
-        ((2, 4096), replace(default_plan(4096), lookahead=True)),  # gram panels looking ahead
+        ((2, 4096), replace(default_plan(4096), lookahead_registers=168)),  # gram lookahead, registers capped
         ((1, 2048), replace(default_plan(2048), panel="gram", leaf=32)),  # gram leaves, leaf steps between
         ((1, 1024), replace(default_plan(1024), panel="gram", nb=64, leaf=64, two_columns=False)),  # widest gram leaf
         *(((1, n), replace(default_plan(n), whole_max=0, **plan)) for n, plan in BLOCKED_PLANS),  # unaligned, m = 1

@@ -247,6 +247,16 @@ def test_a_lookahead_step_is_the_update_then_the_next_panel(ncols: int) -> None:
     _assert_wy_matches(fell_back, tau[1:], nv[1:], nt[1:])
 
 
+def test_a_register_cap_on_the_shared_launch_leaves_the_factors_alone() -> None:
+    """``lookahead_registers`` changes how the shared launch is compiled, not what it computes."""
+    a = generate_input(2, 96, 2, 4700, "mixed").to(DEVICE)
+    plan = GRAM_PLANS["lookahead"]
+    capped = qr(a, plan=replace(plan, lookahead_registers=128))
+    for x, y in zip(qr(a, plan=plan), capped, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    _assert_factors(a, replace(plan, lookahead_registers=128))
+
+
 def test_a_lookahead_step_reads_its_source() -> None:
     """With ``src``, the step reads the trailing block from it and leaves it as it was."""
     gen = torch.Generator().manual_seed(10)
@@ -287,6 +297,11 @@ def test_a_gram_plan_refuses_what_its_kernels_cannot_take() -> None:
                 {"leaf": 16}):
         with pytest.raises(ValueError, match="lookahead needs"):
             replace(lookahead, **bad)
+    for registers in (16, 256):
+        with pytest.raises(ValueError, match=r"lookahead_registers \(32 to 255\)"):
+            replace(lookahead, lookahead_registers=registers)
+    with pytest.raises(ValueError, match="with lookahead off"):
+        replace(lookahead, lookahead=False, lookahead_registers=168)
     with pytest.raises(ValueError, match="bad gram lookahead shapes"):
         gram_lookahead_step(torch.zeros(1, 100, 64), torch.zeros(1, 100, 16), torch.zeros(1, 16, 16),
                             torch.zeros(1, 32), (torch.zeros(1, 84, 32), torch.zeros(1, 32, 32)), None,

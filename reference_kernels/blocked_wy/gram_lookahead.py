@@ -150,6 +150,7 @@ def gram_lookahead_step(
     tiles: UpdateTiles,
     warps: int = 4,
     pairs: bool = False,
+    registers: int | None = None,
 ) -> torch.Tensor:
     """``c <- s - V (T^T (V^T s))`` (``s = src``, default c in place) at split TF32, as the
     two-launch :func:`.products.wy_update` does, and the next panel (c's first ``pw = tau.shape[1]``
@@ -158,7 +159,9 @@ def gram_lookahead_step(
 
     c (b x m x ncols): the trailing block of a panel whose V (b x m x nb) and T (b x nb x nb) are
     given; ``src`` may be a :class:`.source.StorageAt` (a graph's input). ``warps``: the column-step
-    programs'; the subtraction's programs share them. Returns the next panel's fallback flags.
+    programs'; the subtraction's programs share them, and ``registers`` caps the registers a thread
+    of that launch takes (ptxas maxnreg; None: the compiler's choice). Returns the next panel's
+    fallback flags.
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -188,7 +191,7 @@ def gram_lookahead_step(
         *steps.column_args(), src_base, src_off + pw, c_base, c_off + pw, *c_args,
         work[..., pw:], work.stride(0), ncols, w_parts, m, beyond, batch,
         NB=nb, BM=tiles.subtract_bm, BN=tiles.block_n, SPLIT=w_parts > 1, ALIGNED=aligned and pw % 4 == 0,
-        SRC_AT_ADDRESS=at_address, num_warps=warps, **steps.column_constants(pairs),
+        SRC_AT_ADDRESS=at_address, num_warps=warps, maxnreg=registers, **steps.column_constants(pairs),
     )  # fmt: skip
     steps.write_v()
     return steps.fallback

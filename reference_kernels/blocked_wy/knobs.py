@@ -35,6 +35,7 @@ PLAN_AXES: dict[str, tuple[Value, ...]] = {
     "trim": _ON_OFF,
     "panel": PANELS,
     "lookahead": _ON_OFF,
+    "lookahead_registers": (None, 128, 168),
     "project_bm": (16, 32, 64, 128),
     "block_n": (32, 64, 128),
     "subtract_bm": (32, 64, 128),

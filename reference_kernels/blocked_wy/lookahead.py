@@ -82,6 +82,7 @@ def lookahead_step(
     top_tile: bool = False,
     two_columns: bool = False,
     halves: bool = False,
+    registers: int | None = None,
 ) -> None:
     """``c <- s - V (T^T (V^T s))`` (``s = src``, default c in place) at split TF32, as the fused
     :func:`.products.wy_update` does, and the next panel (c's first ``pw = tau.shape[1]`` columns,
@@ -90,7 +91,9 @@ def lookahead_step(
 
     c (b x m x ncols): the trailing block of a panel whose V (b x m x nb) and T (b x nb x nb) are given;
     ``c``, ``src`` and ``tau`` may be :class:`.source.StorageAt` (a graph's input and outputs), c
-    and tau both or neither. The panel programs take ``panel_warps``; the strips share them.
+    and tau both or neither. The panel programs take ``panel_warps``; the strips share them, and
+    ``registers`` caps the registers a thread of the launch takes (ptxas maxnreg; None: the
+    compiler's choice).
     """
     batch, m, ncols = c.shape
     nb = v.shape[-1]
@@ -121,5 +124,5 @@ def lookahead_step(
         ONE_REDUCTION=one_reduction, TOP_TILE=top_tile and m - nb >= 2 * pw and not halves,
         TWO_COLUMNS=two_columns and (one_reduction or top_tile), HALVES=halves, INTERPRETED=INTERPRETED,
         SRC_AT_ADDRESS=isinstance(src, StorageAt), DST_AT_ADDRESS=isinstance(c, StorageAt),
-        num_warps=_warps(tile, panel_warps),
+        num_warps=_warps(tile, panel_warps), maxnreg=registers,
     )  # fmt: skip

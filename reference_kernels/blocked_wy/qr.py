@@ -102,6 +102,10 @@ class Plan:
       and one leaf per panel: householder leaves (every panel's leaf width, at its height, >= nb)
       with the fused update, or gram leaves with the two launches, where the next panel's column
       steps share the subtraction's launch (:mod:`.gram_lookahead`).
+    - ``lookahead_registers``: a cap on the registers a thread of the lookahead's shared launch may
+      take (ptxas ``maxnreg``, from 32 to 255): its panel programs set the launch's allocation, and a
+      lower one fits more of its update programs on a multiprocessor, at the price of spills in the
+      panel programs (``python -m benchmarks.plan_resources`` shows both). None: the compiler's choice.
     """
 
     nb: int
@@ -119,6 +123,7 @@ class Plan:
     trim: bool = False
     panel: Panel = "householder"
     lookahead: bool = False
+    lookahead_registers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("nb", "leaf"):
@@ -143,6 +148,9 @@ class Plan:
             raise ValueError("a gram panel does not trim (its kernels do not read the widths)")
         if self.trim and not (self.update == "tf32x3" and self.tiles.fused and self.leaf >= self.nb):
             raise ValueError("trim needs the fused tf32x3 update and one leaf per panel (leaf >= nb)")
+        if self.lookahead_registers is not None and not (self.lookahead and 32 <= self.lookahead_registers <= 255):
+            raise ValueError(f"lookahead_registers (32 to 255) caps the lookahead's launch, got "
+                             f"{self.lookahead_registers} with lookahead {'on' if self.lookahead else 'off'}")
         householder_ahead = self.tiles.fused and self.panel == "householder"
         gram_ahead = not self.tiles.fused and self.panel == "gram" and self.nb <= MAX_GRAM_LOOKAHEAD
         if self.lookahead and not (self.update == "tf32x3" and self.leaf >= self.nb and not self.trim
@@ -386,10 +394,10 @@ def _factor_looking_ahead(
         first = src[:, :, j1:] if src is not None and j0 == 0 else None
         if plan.panel == "gram":
             gram_lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps or 4,
-                                plan.two_columns)
+                                plan.two_columns, plan.lookahead_registers)
         else:
             lookahead_step(h[:, j0:, j1:], v, t, tau[:, j1:j2], wy, first, plan.tiles, plan.panel_warps,
-                           plan.one_reduction, plan.top_tile, plan.two_columns, plan.halves)
+                           plan.one_reduction, plan.top_tile, plan.two_columns, plan.halves, plan.lookahead_registers)
         v, t = wy
 
 
@@ -486,7 +494,7 @@ def _graphed(a: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
 # The Plan fields qr's keyword arguments override, in the order of its signature.
 OVERRIDES = (
     "nb", "leaf", "whole_max", "halves", "update", "inner", "one_reduction", "top_tile", "two_columns", "panel_warps",
-    "graph", "trim", "panel", "lookahead",
+    "graph", "trim", "panel", "lookahead", "lookahead_registers",
 )
 
 
@@ -508,6 +516,7 @@ def qr(
     trim: bool | None = None,
     panel: Panel | None = None,
     lookahead: bool | None = None,
+    lookahead_registers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Householder QR of a batch x n x n float32 tensor with ``torch.geqrf`` semantics: ``(H, tau)``.
 
@@ -519,7 +528,7 @@ def qr(
     batch, n, _ = a.shape
     plan = plan or default_plan(n)
     values = (nb, leaf, whole_max, halves, update, inner, one_reduction, top_tile, two_columns, panel_warps, graph,
-              trim, panel, lookahead)
+              trim, panel, lookahead, lookahead_registers)
     if values.count(None) < len(values):  # a count, not a dict per call: the small cases are host-bound
         plan = replace(plan, **{key: value for key, value in zip(OVERRIDES, values, strict=True) if value is not None})
     if plan.leaf > plan.nb:
