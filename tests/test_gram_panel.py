@@ -1,5 +1,6 @@
 """blocked_wy's Gram-route panel: LAPACK's reflectors from float64 Gram products, the
-fallback it takes on ill-conditioned panels, and whole factorisations built on it.
+fallback it takes on ill-conditioned panels, whole factorisations built on it, and its lookahead
+(the next panel's column steps in the update's launch, gram_lookahead.py).
 
 Without CUDA the kernels run under the Triton interpreter (set before triton is imported, as in
 test_blocked_wy); with CUDA the same tests run compiled.
