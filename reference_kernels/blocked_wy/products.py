@@ -29,7 +29,10 @@ from reference_kernels.blocked_wy.kernels import _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div, pow2_at_least
 from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
-__all__ = ["DEFAULT_TILES", "UpdateTiles", "leaf_step", "project_parts", "wy_subtract", "wy_update"]
+__all__ = [
+    "DEFAULT_TILES", "UpdateTiles", "leaf_step", "project", "project_parts", "subtract_program", "w_columns",
+    "wy_subtract", "wy_update",
+]
 
 # The fewest rows one program of the projection sums when the rows are split across programs (a
 # batch too small to give every multiprocessor a few column strips).
