@@ -73,10 +73,12 @@ def test_a_cut_off_compat_run_keeps_its_cases_and_bounds_the_ratio(tmp_path: Pat
     out = tmp_path / "ttv.json"
     assert time_to_verdict.main(["geqrf", "--device", "cpu", "--json", str(out)]) == 130
     printed = capsys.readouterr()
-    assert f"stopped (SIGTERM); what was measured is in {out}" in printed.err
-    assert "geqrf (hardened) · ranked-secret: pass" in printed.err  # progress, a line per case and stage off a terminal
-    assert "geqrf (--compat) · benchmark · case 1/" in printed.err
-    assert "ratio at most" in printed.out
+    shown = f"stderr:\n{printed.err}\nstdout:\n{printed.out}"  # the whole story when an assertion fails
+    assert f"stopped (SIGTERM); what was measured is in {out}" in printed.err, shown
+    # Progress: a line per case and stage off a terminal.
+    assert "geqrf (hardened) · ranked-secret: pass" in printed.err, shown
+    assert "geqrf (--compat) · benchmark · case 1/" in printed.err, shown
+    assert "ratio at most" in printed.out, shown
     hardened, compat = load_results(out)
     assert hardened.passed
     assert not hardened.compat
