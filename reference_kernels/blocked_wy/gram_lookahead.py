@@ -28,7 +28,14 @@ import triton.language as tl
 from reference_kernels.blocked_wy.gram_panel import GramSteps, gram_column_program
 from reference_kernels.blocked_wy.kernels import _rows_aligned, matrix_start
 from reference_kernels.blocked_wy.launch import INTERPRETED, ceil_div
-from reference_kernels.blocked_wy.products import UpdateTiles, _update_warps, project, subtract_program, w_columns
+from reference_kernels.blocked_wy.products import (
+    UpdateTiles,
+    _checked_source,
+    _update_warps,
+    project,
+    subtract_program,
+    w_columns,
+)
 from reference_kernels.blocked_wy.source import StorageAt, _base, storage
 
 __all__ = ["MAX_GRAM_LOOKAHEAD", "gram_lookahead_step"]
@@ -166,12 +173,10 @@ def gram_lookahead_step(
     batch, m, ncols = c.shape
     nb = v.shape[-1]
     pw = tau.shape[1]
-    if pw > min(nb, ncols, MAX_GRAM_LOOKAHEAD) or v.shape != (batch, m, nb):
+    if pw > min(nb, ncols, MAX_GRAM_LOOKAHEAD):
         raise ValueError(f"bad gram lookahead shapes: c {tuple(c.shape)}, v {tuple(v.shape)}, "
                          f"tau {tuple(tau.shape)} (a panel of at most {MAX_GRAM_LOOKAHEAD} columns)")
-    src = c if src is None else src
-    if src.shape != c.shape or src.stride() != c.stride() or c.stride(-1) != 1:
-        raise ValueError("c and src need one shape and layout, unit stride along their rows")
+    src = _checked_source(c, v, src, "t", t, (batch, nb, nb))  # the update's operands, as wy_update checks them
     steps = GramSteps.of(c[:, nb:, :pw], *wy, tau)
     t_args = (*_base(t), t.stride(0), t.stride(1))
     aligned = _rows_aligned(c, src, v, wy[0])
