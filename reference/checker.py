@@ -9,7 +9,8 @@ materialised from ``(H, tau)``:
 - ``"fast"``: the blocked product, trusted only for a clear pass; anything else (a failure, a
   non-finite Q, or a pass within a factor of two of a gate) is decided again by the published
   path, so the verdict, and the message of every failure, are the contest's. Its residuals are
-  float64 products, computed on CUDA by the fused kernels of :mod:`reference.checker_kernels`.
+  float64 products, computed on CUDA by the fused kernels of :mod:`reference.checker_kernels`,
+  with Q there from split-TF32 tensor-core blocks (:mod:`reference.q_kernels`).
 - ``"auto"`` (default): ``"fast"`` on CUDA, where the published path loops over the batch;
   ``"published"`` on the CPU, where LAPACK's loop is cheap.
 """
@@ -260,15 +261,20 @@ def _fast_residuals(
     a: torch.Tensor, h: torch.Tensor, tau: torch.Tensor, reconstruction: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per matrix: ``||A||_1``, ``||R - Q^T A||_1``, ``||tril(Q^T A, -1)||_1``, ``||Q^T Q - I||_1``
-    and (``reconstruction``) ``||QR - A||_1``, with Q from the blocked product and every product
-    in float64: fused Triton kernels on CUDA (imported on first use, so that the interpreter
-    setting in force then decides how they run), torch elsewhere (:func:`_fused_kernels_run_on`)."""
-    q = _materialise_q(h, tau, "blocked")
-    if _fused_kernels_run_on(q.device):
-        from reference.checker_kernels import residual_norms
+    and (``reconstruction``) ``||QR - A||_1``, every product of the residuals in float64. On CUDA
+    (:func:`_fused_kernels_run_on`) Triton kernels do it all, Q by split-TF32 blocks
+    (:mod:`reference.q_kernels`), the residuals fused with their norms (both imported on first
+    use, so that the interpreter setting in force then decides how they run); elsewhere torch,
+    Q by the float32 blocked product."""
+    if not _fused_kernels_run_on(a.device):
+        return _torch_residuals(a, h, _materialise_q(h, tau, "blocked"), reconstruction)
+    from reference.checker_kernels import residual_norms
+    from reference.q_kernels import split_tf32_q
 
-        return residual_norms(a, h, q, reconstruction)
-    return _torch_residuals(a, h, q, reconstruction)
+    h = h.contiguous()
+    with _ieee_fp32_matmul():  # T's small products, whatever the kernel under test switched on
+        q = split_tf32_q(h, tau)
+    return residual_norms(a, h, q, reconstruction)
 
 
 def _fused_kernels_run_on(device: torch.device) -> bool:
@@ -300,6 +306,7 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
     import triton
 
     from reference.checker_kernels import residual_norms
+    from reference.q_kernels import split_tf32_q
 
     if cache_dir is not None:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -315,6 +322,7 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
         for batch in (1, 2):
             eye = torch.eye(n, device=device).expand(batch, n, n).contiguous()
             residual_norms(eye, eye, eye, reconstruction=True)
+            split_tf32_q(eye, eye.new_zeros(batch, n))
         torch.cuda.synchronize(device)
         _PREPARED.add((device, n))
 
