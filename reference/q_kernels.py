@@ -18,6 +18,7 @@ over the strip's rows, then ``Q -= V W`` on the same rows. Runs on CUDA, or on t
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -25,66 +26,81 @@ import triton.language as tl
 
 from reference.householder import default_block, householder_q, triangles_from_gram
 
-__all__ = ["MIN_TRITON_N", "split_tf32_q", "triton_block"]
+__all__ = ["DEFAULT_Q_TILES", "MIN_TRITON_N", "QTiles", "split_tf32_q"]
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run in Python on the CPU
-# Reflectors per block: tl.dot takes 16 at least, and 64 keeps a strip's W (64 x 64) and its
-# operands in registers at four warps.
-MIN_BLOCK, MAX_BLOCK = 16, 64
-MIN_TRITON_N = 128  # from here default_block(n) >= 16; smaller matrices keep the cuBLAS product
-BM, BN = 32, 64  # rows per step, Q columns per program
+MIN_TRITON_N = 128  # from here default_block(n) >= 16 (tl.dot's least); smaller n keep the cuBLAS product
 
 
-def triton_block(n: int) -> int:
-    """Reflectors per block of the Triton Q for n x n matrices (``default_block``, at most 64)."""
-    return min(MAX_BLOCK, default_block(n))
+@dataclass(frozen=True)
+class QTiles:
+    """Launch shapes of :func:`split_tf32_q`: at most ``block`` reflectors per block (``default_block(n)``
+    below that), ``rows`` per step of a strip, ``cols`` Q columns per program, ``warps`` and
+    software-pipeline ``stages`` per program."""
+
+    block: int = 64
+    rows: int = 32
+    cols: int = 64
+    warps: int = 4
+    stages: int = 3
+
+    def block_for(self, n: int) -> int:
+        return min(self.block, default_block(n))
+
+
+DEFAULT_Q_TILES = QTiles()
 
 
 @triton.jit
-def _v_rows(h_mat, n, rows, j0, ks):
-    """Rows ``rows`` (a BM x 1 column) of the block's V, columns ``j0 + ks``: H's strictly lower
-    part, ones on the diagonal, zeros above it and past the last row or column."""
+def _v_triangle(h_mat, n, j0, ks):
+    """The block's first NB rows of V (rows and columns ``j0 + ks``): H's strictly lower part, ones
+    on the diagonal, zeros above it and past the last row or column."""
+    rows = j0 + ks[:, None]
     cols = j0 + ks[None, :]
-    below = (rows > cols) & (rows < n) & (cols < n)
-    v = tl.load(h_mat + rows * n + cols, mask=below, other=0.0)
-    return tl.where(rows == cols, 1.0, v)
+    v = tl.load(h_mat + rows * n + cols, mask=(rows > cols) & (rows < n), other=0.0)
+    return tl.where((rows == cols) & (rows < n), 1.0, v)
 
 
 @triton.jit
-def _gram_kernel(h, grams, n, NB: tl.constexpr, BM: tl.constexpr, INTERPRETED: tl.constexpr):
+def _v_rows(h_mat, n, r0, j0, ks, BM: tl.constexpr):
+    """V's BM rows from r0 >= j0 + NB, wholly below the triangle: H's columns ``j0 + ks`` as they are
+    (every one is inside the matrix, as row r0 is)."""
+    rows = r0 + tl.arange(0, BM)[:, None]
+    return tl.load(h_mat + rows * n + j0 + ks[None, :], mask=rows < n, other=0.0)
+
+
+@triton.jit
+def _gram_kernel(h, grams, n, NB: tl.constexpr, BM: tl.constexpr, STAGES: tl.constexpr, INTERPRETED: tl.constexpr):
     """``V^T V`` of block ``program_id(0)`` of matrix ``program_id(1)``, from the block's first row down."""
     j = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h_mat = h + b * n * n
     j0 = j * NB
     ks = tl.arange(0, NB)
-    acc = tl.zeros([NB, NB], dtype=tl.float32)
+    top = _v_triangle(h_mat, n, j0, ks)
+    acc = tl.dot(tl.trans(top), top, input_precision="tf32x3")
     if INTERPRETED:  # the interpreter's range takes no tensor bounds
-        r0 = j0
+        r0 = j0 + NB
         while r0 < n:
-            v = _v_rows(h_mat, n, r0 + tl.arange(0, BM)[:, None], j0, ks)
+            v = _v_rows(h_mat, n, r0, j0, ks, BM)
             acc = tl.dot(tl.trans(v), v, acc, input_precision="tf32x3")
             r0 += BM
     else:
-        for r0 in tl.range(j0, n, BM):
-            v = _v_rows(h_mat, n, r0 + tl.arange(0, BM)[:, None], j0, ks)
+        for r0 in tl.range(j0 + NB, n, BM, num_stages=STAGES):
+            v = _v_rows(h_mat, n, r0, j0, ks, BM)
             acc = tl.dot(tl.trans(v), v, acc, input_precision="tf32x3")
     out = grams + (b * tl.num_programs(0) + j) * NB * NB
     tl.store(out + ks[:, None] * NB + ks[None, :], acc)
 
 
 @triton.jit
-def _project_step(acc, h_mat, q_mat, n, r0, j0, ks, cols, BM: tl.constexpr):
-    rows = r0 + tl.arange(0, BM)[:, None]
-    v = _v_rows(h_mat, n, rows, j0, ks)
+def _project_step(acc, v, q_mat, n, rows, cols):
     q = tl.load(q_mat + rows * n + cols[None, :], mask=(rows < n) & (cols[None, :] < n), other=0.0)
     return tl.dot(tl.trans(v), q, acc, input_precision="tf32x3")
 
 
 @triton.jit
-def _subtract_step(h_mat, q_mat, n, r0, j0, ks, cols, w, BM: tl.constexpr):
-    rows = r0 + tl.arange(0, BM)[:, None]
-    v = _v_rows(h_mat, n, rows, j0, ks)
+def _subtract_step(v, q_mat, n, rows, cols, w):
     tile = q_mat + rows * n + cols[None, :]
     inside = (rows < n) & (cols[None, :] < n)
     q = tl.load(tile, mask=inside, other=0.0)
@@ -93,9 +109,10 @@ def _subtract_step(h_mat, q_mat, n, r0, j0, ks, cols, w, BM: tl.constexpr):
 
 @triton.jit(do_not_specialize=["j"])
 def _apply_kernel(q, h, t, j, blocks, n, NB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                  INTERPRETED: tl.constexpr):
+                  STAGES: tl.constexpr, INTERPRETED: tl.constexpr):
     """``Q[j0:, strip] -= V (T (V^T Q[j0:, strip]))`` for block j (first column ``j0 = j NB``) and
-    the strip of BN columns from ``j0 + program_id(0) BN`` of matrix ``program_id(1)``.
+    the strip of BN columns from ``j0 + program_id(0) BN`` of matrix ``program_id(1)``: the
+    triangle's NB rows, then the rest BM at a time, twice.
 
     Rows and columns before j0 are untouched: V is zero above row j0, and every block to the
     right has so far changed only ``Q[j0 + NB:, j0 + NB:]``."""
@@ -105,29 +122,31 @@ def _apply_kernel(q, h, t, j, blocks, n, NB: tl.constexpr, BM: tl.constexpr, BN:
     j0 = j * NB
     ks = tl.arange(0, NB)
     cols = j0 + tl.program_id(0) * BN + tl.arange(0, BN)
-    acc = tl.zeros([NB, BN], dtype=tl.float32)
+    steps = tl.arange(0, BM)[:, None]
+    top = j0 + ks[:, None]
+    acc = _project_step(tl.zeros([NB, BN], dtype=tl.float32), _v_triangle(h_mat, n, j0, ks), q_mat, n, top, cols)
     if INTERPRETED:
-        r0 = j0
+        r0 = j0 + NB
         while r0 < n:
-            acc = _project_step(acc, h_mat, q_mat, n, r0, j0, ks, cols, BM)
+            acc = _project_step(acc, _v_rows(h_mat, n, r0, j0, ks, BM), q_mat, n, r0 + steps, cols)
             r0 += BM
     else:
-        for r0 in tl.range(j0, n, BM):
-            acc = _project_step(acc, h_mat, q_mat, n, r0, j0, ks, cols, BM)
-    t_mat = t + (b * blocks + j) * NB * NB
-    tt = tl.load(t_mat + ks[:, None] * NB + ks[None, :])
+        for r0 in tl.range(j0 + NB, n, BM, num_stages=STAGES):
+            acc = _project_step(acc, _v_rows(h_mat, n, r0, j0, ks, BM), q_mat, n, r0 + steps, cols)
+    tt = tl.load(t + (b * blocks + j) * NB * NB + ks[:, None] * NB + ks[None, :])
     w = tl.dot(tt, acc, input_precision="tf32x3")
+    _subtract_step(_v_triangle(h_mat, n, j0, ks), q_mat, n, top, cols, w)  # read again: fewer live registers
     if INTERPRETED:
-        r0 = j0
+        r0 = j0 + NB
         while r0 < n:
-            _subtract_step(h_mat, q_mat, n, r0, j0, ks, cols, w, BM)
+            _subtract_step(_v_rows(h_mat, n, r0, j0, ks, BM), q_mat, n, r0 + steps, cols, w)
             r0 += BM
     else:
-        for r0 in tl.range(j0, n, BM):
-            _subtract_step(h_mat, q_mat, n, r0, j0, ks, cols, w, BM)
+        for r0 in tl.range(j0 + NB, n, BM, num_stages=STAGES):
+            _subtract_step(_v_rows(h_mat, n, r0, j0, ks, BM), q_mat, n, r0 + steps, cols, w)
 
 
-def split_tf32_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+def split_tf32_q(h: torch.Tensor, tau: torch.Tensor, tiles: QTiles = DEFAULT_Q_TILES) -> torch.Tensor:
     """Q = H_1 H_2 ... H_n for each matrix of a contiguous batch x n x n float32 ``h``, by split-TF32
     products (``torch.linalg.householder_product``'s contract for square h); matrices smaller than
     ``MIN_TRITON_N`` get :func:`reference.householder.householder_q`'s float32 product."""
@@ -138,9 +157,10 @@ def split_tf32_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     batch, n, _ = h.shape
     if n < MIN_TRITON_N:
         return householder_q(h, tau)
-    nb = triton_block(n)
+    nb = tiles.block_for(n)
     blocks = triton.cdiv(n, nb)
-    options = {"NB": nb, "BM": BM, "INTERPRETED": INTERPRETED, "num_warps": 4}
+    options = {"NB": nb, "BM": tiles.rows, "STAGES": tiles.stages, "INTERPRETED": INTERPRETED,
+               "num_warps": tiles.warps}
     grams = torch.empty(batch, blocks, nb, nb, dtype=torch.float32, device=h.device)
     _gram_kernel[(blocks, batch)](h, grams, n, **options)
     padded = torch.zeros(batch, blocks * nb, dtype=torch.float32, device=h.device)
@@ -149,6 +169,6 @@ def split_tf32_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     q = torch.zeros_like(h)
     q.diagonal(dim1=-2, dim2=-1).fill_(1.0)
     for j in reversed(range(blocks)):
-        strips = triton.cdiv(n - j * nb, BN)
-        _apply_kernel[(strips, batch)](q, h, t, j, blocks, n, BN=BN, **options)
+        strips = triton.cdiv(n - j * nb, tiles.cols)
+        _apply_kernel[(strips, batch)](q, h, t, j, blocks, n, BN=tiles.cols, **options)
     return q

@@ -18,7 +18,7 @@ import triton  # noqa: E402
 
 from reference import checker, generate_input, q_kernels  # noqa: E402
 from reference.householder import householder_q  # noqa: E402
-from reference.q_kernels import MIN_TRITON_N, split_tf32_q, triton_block  # noqa: E402
+from reference.q_kernels import DEFAULT_Q_TILES, MIN_TRITON_N, QTiles, split_tf32_q  # noqa: E402
 from tests.compile_only import rerun_compiled  # noqa: E402
 
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -38,13 +38,18 @@ def _exact_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 # 128: the smallest Triton size (blocks of 16); 200: a ragged last block and strip; 352: blocks of
 # 32 over eleven blocks; 520: blocks of 64 (the cap) with a partial last one.
+# Other tiles: rows per step wider than a block (16) and than the rows below a triangle, wider strips.
+OTHER_TILES = QTiles(block=32, rows=64, cols=128, warps=8, stages=2)
+
+
 @pytest.mark.parametrize(("batch", "n"), [(2, 128), (2, 200), (1, 352), (1, 520)])
 @pytest.mark.parametrize("case", ["dense", "rankdef", "clustered"])
-def test_q_matches_the_exact_product_to_float32_rounding(batch: int, n: int, case: str) -> None:
+@pytest.mark.parametrize("tiles", [DEFAULT_Q_TILES, OTHER_TILES], ids=["default", "other"])
+def test_q_matches_the_exact_product_to_float32_rounding(batch: int, n: int, case: str, tiles: QTiles) -> None:
     """Every entry within a few float32 ulps of Q computed in float64 (LAPACK): a wrong block, a
     wrong T, a skipped strip or row, or a V read from the wrong part of H is off by O(1)."""
     _, h, tau = _geqrf(batch, n, case)
-    q = split_tf32_q(h, tau)
+    q = split_tf32_q(h, tau, tiles)
     assert q.dtype == torch.float32
     assert q.shape == h.shape
     error = (q.double().cpu() - _exact_q(h, tau)).abs().max().item()
@@ -65,7 +70,8 @@ def test_small_matrices_keep_the_float32_blocked_product() -> None:
 
 
 def test_block_widths() -> None:
-    assert [triton_block(n) for n in (128, 176, 352, 512, 1024, 4096)] == [16, 16, 32, 64, 64, 64]
+    assert [DEFAULT_Q_TILES.block_for(n) for n in (128, 176, 352, 512, 1024, 4096)] == [16, 16, 32, 64, 64, 64]
+    assert [OTHER_TILES.block_for(n) for n in (128, 512, 4096)] == [16, 32, 32]
 
 
 def test_bad_operands_are_refused() -> None:
