@@ -7,11 +7,12 @@ after a device synchronize, median of ``--repeats`` after one warm-up); the tabl
 the verdicts agree and the largest difference between their diagnostics, in units of n·eps
 (the gates are 20 and 100). Two more columns split the fast path: its check without the
 reconstruction residual (``reconstruction=False``, what the evaluator's timed repeats run) and
-the share of materialising Q alone (split-TF32, :mod:`reference.q_kernels`), and the float32
-cuBLAS product it replaced (:func:`reference.householder.householder_q`). Prints the table and
-writes it, with the GPU, versions and date, as Markdown. ``--largest-tile 32`` caps the residual
-kernels' tiles at 32 rows, as a B200 under Triton before 3.8 runs them
-(``reference.checker_kernels.largest_tile``), to see their cost on the GPU at hand.
+the share of materialising Q alone (:func:`reference.q_kernels.fast_q`: split-TF32 Triton blocks
+from 8 matrices of 128 up), and the float32 cuBLAS product
+(:func:`reference.householder.householder_q`). Prints the table and writes it, with the GPU,
+versions and date, as Markdown. ``--largest-tile 32`` caps the residual kernels' tiles at 32 rows,
+as a B200 under Triton before 3.8 runs them (``reference.checker_kernels.largest_tile``), to see
+their cost on the GPU at hand.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import reference.checker_kernels as checker_kernels
 from benchmarks.note import machine_line, publish
 from reference import generate_input, verdict
 from reference.householder import householder_q
-from reference.q_kernels import split_tf32_q
+from reference.q_kernels import fast_q
 
 SHAPES = ((640, 512), (60, 1024), (8, 2048), (2, 4096), (40, 352), (40, 176))
 KEYS = ("scaled_factor_residual", "scaled_reconstruction_residual", "scaled_triangular_residual",
@@ -72,7 +73,7 @@ def main() -> int:
         same = published.passed == fast.passed
         worst_abs = max(abs(fast.diagnostics[k] - published.diagnostics[k]) for k in KEYS) if same else float("nan")
         gates_ms, gates = _time_ms(lambda a=a, out=out: verdict(a, out, "fast", reconstruction=False), args.repeats)
-        q_ms, _ = _time_ms(lambda out=out: split_tf32_q(*out), args.repeats)
+        q_ms, _ = _time_ms(lambda out=out: fast_q(*out), args.repeats)
         float32_q_ms, _ = _time_ms(lambda out=out: householder_q(*out), args.repeats)
         same = same and gates.passed == published.passed
         rows.append([f"{batch}x{n}", f"{published_ms:.1f}", f"{fast_ms:.2f}", f"{published_ms / fast_ms:.1f}x",

@@ -262,18 +262,18 @@ def _fast_residuals(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per matrix: ``||A||_1``, ``||R - Q^T A||_1``, ``||tril(Q^T A, -1)||_1``, ``||Q^T Q - I||_1``
     and (``reconstruction``) ``||QR - A||_1``, every product of the residuals in float64. On CUDA
-    (:func:`_fused_kernels_run_on`) Triton kernels do it all, Q by split-TF32 blocks
-    (:mod:`reference.q_kernels`), the residuals fused with their norms (both imported on first
+    (:func:`_fused_kernels_run_on`) Triton kernels do it all, Q by split-TF32 blocks where
+    :func:`reference.q_kernels.fast_q` finds them faster, the residuals fused with their norms (both imported on first
     use, so that the interpreter setting in force then decides how they run); elsewhere torch,
     Q by the float32 blocked product."""
     if not _fused_kernels_run_on(a.device):
         return _torch_residuals(a, h, _materialise_q(h, tau, "blocked"), reconstruction)
     from reference.checker_kernels import residual_norms
-    from reference.q_kernels import split_tf32_q
+    from reference.q_kernels import fast_q
 
     h = h.contiguous()
-    with _ieee_fp32_matmul():  # T's small products, whatever the kernel under test switched on
-        q = split_tf32_q(h, tau)
+    with _ieee_fp32_matmul():  # float32 products, whatever the kernel under test switched on
+        q = fast_q(h, tau)
     return residual_norms(a, h, q, reconstruction)
 
 
@@ -306,7 +306,7 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
     import triton
 
     from reference.checker_kernels import residual_norms
-    from reference.q_kernels import split_tf32_q
+    from reference.q_kernels import MIN_TRITON_BATCH, fast_q
 
     if cache_dir is not None:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -322,7 +322,9 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
         for batch in (1, 2):
             eye = torch.eye(n, device=device).expand(batch, n, n).contiguous()
             residual_norms(eye, eye, eye, reconstruction=True)
-            split_tf32_q(eye, eye.new_zeros(batch, n))
+        for batch in (1, MIN_TRITON_BATCH):  # the Q of small batches is cuBLAS's, of larger ones Triton's
+            eye = torch.eye(n, device=device).expand(batch, n, n).contiguous()
+            fast_q(eye, eye.new_zeros(batch, n))
         torch.cuda.synchronize(device)
         _PREPARED.add((device, n))
 

@@ -4,15 +4,17 @@
 FMA units: most of a check at 640x512 (reports/h100/2026-12-07-checker-float64-steps.md: 7.6 of
 13.8 ms). Here the same blocks (``I - V T V^T``, applied right to left) run as Triton ``tl.dot`` at
 ``tf32x3``: each operand split into a TF32 head and a TF32 tail, three tensor-core products whose
-error is of the order of float32's. The figures the checker reads from such a Q move from the
-published Q's as little as the float32 product's do (reports/cpu/2026-12-07-q-split-tf32.md), and
-the fast path trusts only passes under half a gate anyway (:mod:`reference.checker`).
+error is of the order of float32's. The figures the checker reads from such a Q stay closer to the
+GPU's published Q (cuSOLVER) than the float32 product's do: largest differences 0.032 and 0.34 n·eps
+against 0.034 and 0.50 (reports/h100/2026-12-07-checker-split-tf32-q.md; the CPU emulation before
+it, reports/cpu/2026-12-07-q-split-tf32.md), and the fast path trusts only passes under half a gate.
 
 V is read from H in place (its strictly lower part, a unit diagonal), never copied; each block's
 Gram matrix ``V^T V`` comes from one launch, T from it by :func:`reference.householder.triangles_from_gram`,
 and each block's update from one launch whose programs own a strip of Q's columns: ``W = T (V^T Q)``
-over the strip's rows, then ``Q -= V W`` on the same rows. Runs on CUDA, or on the CPU under
-``TRITON_INTERPRET=1`` (the tests; the interpreter multiplies in plain float32).
+over the strip's rows, then ``Q -= V W`` on the same rows. :func:`fast_q` picks this product or the
+float32 one where each was measured faster. Runs on CUDA, or on the CPU under ``TRITON_INTERPRET=1``
+(the tests; the interpreter multiplies in plain float32).
 """
 
 from __future__ import annotations
@@ -26,20 +28,26 @@ import triton.language as tl
 
 from reference.householder import default_block, householder_q, triangles_from_gram
 
-__all__ = ["DEFAULT_Q_TILES", "MIN_TRITON_N", "QTiles", "split_tf32_q"]
+__all__ = ["DEFAULT_Q_TILES", "MIN_TRITON_BATCH", "MIN_TRITON_N", "QTiles", "fast_q", "split_tf32_q"]
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run in Python on the CPU
-MIN_TRITON_N = 128  # from here default_block(n) >= 16 (tl.dot's least); smaller n keep the cuBLAS product
+MIN_TRITON_N = 128  # from here default_block(n) >= 16, tl.dot's least
+# Programs own one matrix's column strips, so a small batch leaves most multiprocessors idle while
+# each sweeps thousands of rows: 2x4096 took 11.2 ms against cuBLAS's 10.7, where 8x2048 took 5.2
+# against 5.8 and every larger batch measured gained (reports/h100/2026-12-07-checker-split-tf32-q.md).
+MIN_TRITON_BATCH = 8
 
 
 @dataclass(frozen=True)
 class QTiles:
     """Launch shapes of :func:`split_tf32_q`: at most ``block`` reflectors per block (``default_block(n)``
     below that), ``rows`` per step of a strip, ``cols`` Q columns per program, ``warps`` and
-    software-pipeline ``stages`` per program."""
+    software-pipeline ``stages`` per program. The defaults: the fastest of thirteen variants on an
+    H100, 0.81 of cuBLAS's time at 640x512 and 0.59 over five shapes
+    (reports/h100/2026-12-07-checker-split-tf32-q.md)."""
 
     block: int = 64
-    rows: int = 32
+    rows: int = 64
     cols: int = 64
     warps: int = 4
     stages: int = 3
@@ -147,16 +155,16 @@ def _apply_kernel(q, h, t, j, blocks, n, NB: tl.constexpr, BM: tl.constexpr, BN:
 
 
 def split_tf32_q(h: torch.Tensor, tau: torch.Tensor, tiles: QTiles = DEFAULT_Q_TILES) -> torch.Tensor:
-    """Q = H_1 H_2 ... H_n for each matrix of a contiguous batch x n x n float32 ``h``, by split-TF32
-    products (``torch.linalg.householder_product``'s contract for square h); matrices smaller than
-    ``MIN_TRITON_N`` get :func:`reference.householder.householder_q`'s float32 product."""
+    """Q = H_1 H_2 ... H_n for each matrix of a contiguous batch x n x n float32 ``h`` (n at least
+    ``MIN_TRITON_N``), by split-TF32 products (``torch.linalg.householder_product``'s contract for
+    square h)."""
     if h.dim() != 3 or h.shape[-1] != h.shape[-2] or h.dtype != torch.float32 or not h.is_contiguous():
         raise ValueError(f"h must be a contiguous batch x n x n float32 tensor, got {h.dtype} {tuple(h.shape)}")
     if tau.shape != h.shape[:2]:
         raise ValueError(f"tau must be {tuple(h.shape[:2])}, got {tuple(tau.shape)}")
     batch, n, _ = h.shape
     if n < MIN_TRITON_N:
-        return householder_q(h, tau)
+        raise ValueError(f"split_tf32_q takes n >= {MIN_TRITON_N} (blocks of 16 reflectors at least), got {n}")
     nb = tiles.block_for(n)
     blocks = triton.cdiv(n, nb)
     options = {"NB": nb, "BM": tiles.rows, "STAGES": tiles.stages, "INTERPRETED": INTERPRETED,
@@ -172,3 +180,12 @@ def split_tf32_q(h: torch.Tensor, tau: torch.Tensor, tiles: QTiles = DEFAULT_Q_T
         strips = triton.cdiv(n - j * nb, tiles.cols)
         _apply_kernel[(strips, batch)](q, h, t, j, blocks, n, BN=tiles.cols, **options)
     return q
+
+
+def fast_q(h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Q for the fast check of a contiguous float32 batch: :func:`split_tf32_q` for batches of at least
+    ``MIN_TRITON_BATCH`` matrices of n >= ``MIN_TRITON_N``, else the float32 cuBLAS product."""
+    batch, n = h.shape[0], h.shape[-1]
+    if n >= MIN_TRITON_N and batch >= MIN_TRITON_BATCH:
+        return split_tf32_q(h, tau)
+    return householder_q(h, tau)

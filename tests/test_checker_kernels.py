@@ -138,7 +138,7 @@ def test_prepared_sizes_are_checked_without_compiling_or_reading_a_cache(tmp_pat
     after = tmp_path / "after"
     after.mkdir()
     monkeypatch.setattr(triton.knobs.cache, "dir", str(after))
-    for batch, n in ((3, 33), (4, 33), (5, 512)):
+    for batch, n in ((3, 33), (4, 33), (5, 512), (9, 512)):  # 9: the Triton Q (reference.q_kernels.fast_q)
         a = generate_input(batch, n, 2, 7).to("cuda")
         h, tau = torch.geqrf(a)
         assert checker.verdict(a, (h.contiguous(), tau), "fast").passed

@@ -18,7 +18,14 @@ import triton  # noqa: E402
 
 from reference import checker, generate_input, q_kernels  # noqa: E402
 from reference.householder import householder_q  # noqa: E402
-from reference.q_kernels import DEFAULT_Q_TILES, MIN_TRITON_N, QTiles, split_tf32_q  # noqa: E402
+from reference.q_kernels import (  # noqa: E402
+    DEFAULT_Q_TILES,
+    MIN_TRITON_BATCH,
+    MIN_TRITON_N,
+    QTiles,
+    fast_q,
+    split_tf32_q,
+)
 from tests.compile_only import rerun_compiled  # noqa: E402
 
 NVIDIA_BACKEND = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -64,9 +71,14 @@ def test_zero_reflectors_leave_the_identity() -> None:
     assert torch.equal(q, torch.eye(160, device=DEVICE).expand(2, 160, 160))
 
 
-def test_small_matrices_keep_the_float32_blocked_product() -> None:
-    _, h, tau = _geqrf(3, MIN_TRITON_N - 1, "dense")
-    assert torch.equal(split_tf32_q(h, tau), householder_q(h, tau))
+@pytest.mark.parametrize(("batch", "n", "triton"), [(MIN_TRITON_BATCH, MIN_TRITON_N - 1, False),
+                                                   (MIN_TRITON_BATCH - 1, MIN_TRITON_N, False),
+                                                   (MIN_TRITON_BATCH, MIN_TRITON_N, True)])
+def test_fast_q_takes_the_triton_product_only_where_it_was_faster(batch: int, n: int, triton: bool) -> None:
+    """Small matrices (blocks under 16) and small batches (most of the GPU idle) keep the cuBLAS product."""
+    _, h, tau = _geqrf(batch, n, "dense")
+    want = split_tf32_q(h, tau) if triton else householder_q(h, tau)
+    assert torch.equal(fast_q(h, tau), want)
 
 
 def test_block_widths() -> None:
@@ -82,6 +94,8 @@ def test_bad_operands_are_refused() -> None:
         split_tf32_q(h.double(), torch.zeros(2, 130))
     with pytest.raises(ValueError, match="tau must be"):
         split_tf32_q(h, torch.zeros(2, 129))
+    with pytest.raises(ValueError, match="n >= 128"):
+        split_tf32_q(torch.zeros(2, 127, 127), torch.zeros(2, 127))
 
 
 def test_the_fast_path_uses_it_where_its_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,8 +106,8 @@ def test_the_fast_path_uses_it_where_its_kernels_run(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(checker, "_fused_kernels_run_on", lambda device: True)
     used = []
-    monkeypatch.setattr(q_kernels, "split_tf32_q", lambda h, tau: used.append(h.shape) or split_tf32_q(h, tau))
-    a, h, tau = _geqrf(2, 160, "dense")
+    monkeypatch.setattr(q_kernels, "fast_q", lambda h, tau: used.append(h.shape) or fast_q(h, tau))
+    a, h, tau = _geqrf(MIN_TRITON_BATCH, 160, "dense")
     column_major = h.transpose(1, 2).contiguous().transpose(1, 2)
     fast = checker.verdict(a, (column_major, tau), "fast")
     published = checker.verdict(a, (h, tau), "published")
