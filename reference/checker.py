@@ -293,12 +293,13 @@ def prepare(device: torch.device | str, sizes: Iterable[int], cache_dir: Path | 
 
     An evaluator calls this before any kernel under test has run, so that its later checks load no
     code: the published path runs once (torch loads its CUDA linear-algebra library on first use),
-    the residual kernels' module and Triton are imported, and each kernel is compiled (or read
-    from Triton's cache) and loaded for every specialisation those sizes call for. Those depend on n
-    and on the 16-byte alignment of the partial sums' slots, which follows the batch's parity when n
-    is odd: hence a batch of one and of two per size. ``cache_dir`` (created if missing) becomes
-    Triton's cache for this process first, read and written from then on. A no-op where the fast
-    path runs torch only.
+    the residual and Q kernels' modules and Triton are imported, and each kernel is compiled (or read
+    from Triton's cache) and loaded for every specialisation those sizes call for. The residual
+    kernels' depend on n and on the 16-byte alignment of the partial sums' slots, which follows the
+    batch's parity when n is odd: hence a batch of one and of two per size; Q's on n alone, once the
+    batch is large enough for the Triton product (:func:`reference.q_kernels.fast_q`). ``cache_dir``
+    (created if missing) becomes Triton's cache for this process first, read and written from then
+    on. A no-op where the fast path runs torch only.
     """
     device = torch.device(device)
     if not _fused_kernels_run_on(device):
