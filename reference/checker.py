@@ -6,11 +6,12 @@ materialised from ``(H, tau)``:
 
 - ``"published"``: ``torch.linalg.householder_product``, exactly as the contest does.
 - ``"blocked"``: the batched compact-WY product of :mod:`reference.householder` (float32 too).
-- ``"fast"``: the blocked product, trusted only for a clear pass; anything else (a failure, a
-  non-finite Q, or a pass within a factor of two of a gate) is decided again by the published
-  path, so the verdict, and the message of every failure, are the contest's. Its residuals are
-  float64 products, computed on CUDA by the fused kernels of :mod:`reference.checker_kernels`,
-  with Q there from split-TF32 tensor-core blocks (:mod:`reference.q_kernels`).
+- ``"fast"``: a batched Q, trusted only for a clear pass; anything else (a failure, a non-finite
+  Q, or a pass within a factor of two of a gate) is decided again by the published path, so the
+  verdict, and the message of every failure, are the contest's. Its residuals are float64
+  products, computed on CUDA by the fused kernels of :mod:`reference.checker_kernels`, with Q
+  there from split-TF32 tensor-core blocks where those are faster (:func:`reference.q_kernels.fast_q`)
+  and from the blocked product elsewhere.
 - ``"auto"`` (default): ``"fast"`` on CUDA, where the published path loops over the batch;
   ``"published"`` on the CPU, where LAPACK's loop is cheap.
 """
@@ -262,10 +263,10 @@ def _fast_residuals(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per matrix: ``||A||_1``, ``||R - Q^T A||_1``, ``||tril(Q^T A, -1)||_1``, ``||Q^T Q - I||_1``
     and (``reconstruction``) ``||QR - A||_1``, every product of the residuals in float64. On CUDA
-    (:func:`_fused_kernels_run_on`) Triton kernels do it all, Q by split-TF32 blocks where
-    :func:`reference.q_kernels.fast_q` finds them faster, the residuals fused with their norms (both imported on first
-    use, so that the interpreter setting in force then decides how they run); elsewhere torch,
-    Q by the float32 blocked product."""
+    (:func:`_fused_kernels_run_on`): Q by :func:`reference.q_kernels.fast_q` (split-TF32 Triton
+    blocks where they are faster), the residuals by Triton kernels fused with their norms (both
+    modules imported on first use, so that the interpreter setting in force then decides how they
+    run); elsewhere torch, Q by the float32 blocked product."""
     if not _fused_kernels_run_on(a.device):
         return _torch_residuals(a, h, _materialise_q(h, tau, "blocked"), reconstruction)
     from reference.checker_kernels import residual_norms
