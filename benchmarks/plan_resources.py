@@ -6,8 +6,11 @@ records the launches ``qr`` makes on a B x N x N batch (meta tensors:
 ``'blocked_wy[top_tile=on]'`` (``blocked_wy`` alone: the size's own plan, the default), compiles
 each with Triton's compiler and ptxas for ``sm_<arch>``, and prints per launch its registers a
 thread and the stack a thread spills to (the wheel's ``cuobjdump``), the shared memory a program
-asks for (Triton's metadata), how many programs of it fit on one multiprocessor at once, and its
-SASS instructions, a static count.
+asks for (Triton's metadata), how many programs of it fit on one multiprocessor at once, its
+SASS instructions, and among them its tensor-core instructions of two kinds (static counts): warp
+MMAs (``HMMA``, ``mma.sync``) and asynchronous MMAs (Hopper's warpgroup ``HGMMA``, Blackwell's
+``UTC*MMA``). Triton gives a ``tl.dot`` the asynchronous units only from 64 rows of output up, so a
+product that shows as warp MMAs is one to reshape (docs/kernel-log.md, §W33).
 
 A knob setting that spills where the plan does not, or grows the instruction count, is a long shot
 worth knowing before a device lease is spent timing it (docs/kernel-log.md, §W28-§W30).
@@ -35,6 +38,10 @@ from reference_kernels.blocked_wy.qr import Plan, default_plan
 CONTESTANT = "blocked_wy"
 _USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+\S", re.MULTILINE)
+# An instruction's opcode, after its address and any predicate (@P0, @!UPT, ...).
+_OPCODE = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9]*)", re.MULTILINE)
+_WARP_MMA = {"HMMA"}
+_ASYNC_MMA = re.compile(r"^(HGMMA|UTC[A-Z]*MMA)$")
 # Per multiprocessor, by compute capability: 32-bit registers, shared memory bytes, resident warps
 # and programs (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
 _SM_LIMITS = {80: (65536, 167936, 64, 32), 90: (65536, 233472, 64, 32), 100: (65536, 233472, 64, 32)}
@@ -53,6 +60,8 @@ class LaunchCost:
     stack_bytes: int
     shared_bytes: int
     instructions: int
+    warp_mmas: int
+    async_mmas: int
 
 
 def programs_per_sm(registers: int, warps: int, shared: int, arch: int) -> int | None:
@@ -70,8 +79,8 @@ def _tool(name: str) -> str:
     return getattr(knobs.nvidia, name).path
 
 
-def _cubin_costs(cubin: bytes) -> tuple[int, int, int]:
-    """(registers, stack bytes, SASS instructions) of a one-kernel cubin."""
+def _cubin_costs(cubin: bytes) -> tuple[int, int, int, int, int]:
+    """(registers, stack bytes, SASS instructions, warp MMAs, asynchronous MMAs) of a one-kernel cubin."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "launch.cubin"
         path.write_bytes(cubin)
@@ -81,7 +90,9 @@ def _cubin_costs(cubin: bytes) -> tuple[int, int, int]:
     if found is None:
         raise RuntimeError(f"cuobjdump -res-usage printed no REG/STACK line:\n{listing}")
     registers, stack = map(int, found.groups())
-    return registers, stack, len(_INSTRUCTION.findall(listing))
+    opcodes = _OPCODE.findall(listing)
+    return (registers, stack, len(_INSTRUCTION.findall(listing)), sum(op in _WARP_MMA for op in opcodes),
+            sum(bool(_ASYNC_MMA.match(op)) for op in opcodes))
 
 
 def _plan(n: int, setting: str) -> Plan:
@@ -112,10 +123,10 @@ def launch_costs(n: int, batch: int, setting: str, arch: int, kernel: str | None
         siblings = [s[1] for f, s in launches if f is fn]
         varying = {k: v for k, v in constants.items() if any(other.get(k) != v for other in siblings)}
         compiled = compile_launch((fn, spec), arch)
-        registers, stack, instructions = _cubin_costs(compiled.asm["cubin"])
+        registers, stack, instructions, warp_mmas, async_mmas = _cubin_costs(compiled.asm["cubin"])
         costs.append(LaunchCost(fn.__name__, ", ".join(f"{k}={v}" for k, v in varying.items()),
                                 int(spec[3].get("num_warps", 4)), registers, stack, compiled.metadata.shared,
-                                instructions))
+                                instructions, warp_mmas, async_mmas))
     return costs
 
 
@@ -138,11 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except AxisError as exc:
             parser.error(str(exc))
         rows = [[c.kernel, c.constants, c.warps, c.registers, c.stack_bytes, c.shared_bytes,
-                 programs_per_sm(c.registers, c.warps, c.shared_bytes, args.arch) or "-", c.instructions]
+                 programs_per_sm(c.registers, c.warps, c.shared_bytes, args.arch) or "-", c.instructions,
+                 c.warp_mmas, c.async_mmas]
                 for c in costs]
         print(f"\n{setting} at {args.batch}x{args.n}, sm_{args.arch}:")
         print(tabulate(rows, headers=["kernel", "constants", "warps", "registers", "stack B", "shared B",
-                                      "programs / SM", "SASS instructions"], tablefmt="github"))
+                                      "programs / SM", "SASS instructions", "warp MMAs", "async MMAs"],
+                       tablefmt="github"))
     return 0
 
 

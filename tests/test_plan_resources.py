@@ -37,13 +37,31 @@ def test_a_setting_and_the_plan_are_compiled_and_their_costs_printed() -> None:
         assert rows
         assert all(row[0] == "_panel_kernel" for row in rows)
         for row in rows:
-            warps, registers, _stack, _shared, programs, instructions = map(int, row[2:])
+            warps, registers, _stack, _shared, programs, instructions, warp_mmas, async_mmas = map(int, row[2:])
             assert warps >= 1
             assert 16 <= registers <= 255
             assert instructions > 100
             assert 1 <= programs <= 64 // warps
+            assert warp_mmas == async_mmas == 0  # the panel kernel's column steps are FMA work
     assert any("TOP_TILE=True" in row[1] for row in _rows(setting))  # the knob reached the launches
     assert not any("TOP_TILE=True" in row[1] for row in _rows(plan))  # 176-255: no top tile in the plan
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's NVIDIA backend (ptxas) is not installed")
+@pytest.mark.parametrize("arch", ["90", "100"])
+def test_the_trailing_update_counts_its_tensor_core_instructions(arch: str) -> None:
+    """The fused update's products run on tensor cores, counted by kind: at 512 its 64-row subtraction
+    tiles on the asynchronous units (Hopper's HGMMA, Blackwell's UTC*MMA); at 176 its 32-row tiles,
+    under the 64 rows those take, as warp-level HMMA."""
+    counts = {}
+    for n in ("512", "176"):
+        run = _run(n, "--batch", "2", "--kernel", "_fused_update_kernel", "--arch", arch)
+        assert run.returncode == 0, run.stderr[-3000:]
+        rows = _rows(run.stdout)
+        assert rows
+        counts[n] = [tuple(map(int, row[-2:])) for row in rows]
+    assert all(async_mmas > 0 for _, async_mmas in counts["512"])
+    assert all(warp_mmas > 0 for warp_mmas, _ in counts["176"])
 
 
 def test_bad_settings_are_refused_by_name() -> None:
