@@ -19,18 +19,23 @@ float32 one where each was measured faster. Runs on CUDA, or on the CPU under ``
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from reference.householder import default_block, householder_q, triangles_from_gram
+from reference.checker_kernels import INTERPRETED
+from reference.householder import (
+    _identity_like,
+    _padded_tau,
+    default_block,
+    householder_q,
+    triangles_from_gram,
+)
 
 __all__ = ["DEFAULT_Q_TILES", "MIN_TRITON_BATCH", "MIN_TRITON_N", "QTiles", "fast_q", "split_tf32_q"]
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run in Python on the CPU
 MIN_TRITON_N = 128  # from here default_block(n) >= 16, tl.dot's least
 # Programs own one matrix's column strips, so a small batch leaves most multiprocessors idle while
 # each sweeps thousands of rows: 2x4096 took 11.2 ms against cuBLAS's 10.7, where 8x2048 took 5.2
@@ -171,11 +176,8 @@ def split_tf32_q(h: torch.Tensor, tau: torch.Tensor, tiles: QTiles = DEFAULT_Q_T
                "num_warps": tiles.warps}
     grams = torch.empty(batch, blocks, nb, nb, dtype=torch.float32, device=h.device)
     _gram_kernel[(blocks, batch)](h, grams, n, **options)
-    padded = torch.zeros(batch, blocks * nb, dtype=torch.float32, device=h.device)
-    padded[:, :n] = tau
-    t = triangles_from_gram(grams, padded.view(batch, blocks, nb))  # batch x blocks x nb x nb, contiguous
-    q = torch.zeros_like(h)
-    q.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    t = triangles_from_gram(grams, _padded_tau(tau, blocks * nb).view(batch, blocks, nb))  # contiguous
+    q = _identity_like(h)
     for j in reversed(range(blocks)):
         strips = triton.cdiv(n - j * nb, tiles.cols)
         _apply_kernel[(strips, batch)](q, h, t, j, blocks, n, BN=tiles.cols, **options)

@@ -59,8 +59,9 @@ def test_q_matches_the_exact_product_to_float32_rounding(batch: int, n: int, cas
     q = split_tf32_q(h, tau, tiles)
     assert q.dtype == torch.float32
     assert q.shape == h.shape
-    error = (q.double().cpu() - _exact_q(h, tau)).abs().max().item()
-    float32_error = (householder_q(h, tau).double().cpu() - _exact_q(h, tau)).abs().max().item()
+    exact = _exact_q(h, tau)
+    error = (q.double().cpu() - exact).abs().max().item()
+    float32_error = (householder_q(h, tau).double().cpu() - exact).abs().max().item()
     assert error < 4 * max(float32_error, 1e-7), (error, float32_error)
 
 
