@@ -31,6 +31,12 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
+def _rule_name(message: str) -> str:
+    """``rule NAME`` for a hardening rule's message (``[rule NAME] ...``), else its first line."""
+    line = _first_line(message)
+    return line[1:line.index("]")] if line.startswith("[rule ") and "]" in line else line
+
+
 class Feedback:
     """The interface the CLI drives: ``start`` a contestant, progress events (``__call__``), result
     snapshots (``update``), and ``done``. Writes that hit a closed pipe raise :class:`OutputClosed`."""
@@ -96,6 +102,9 @@ class ProgressLine(Feedback):
                 self._pace = (now, event["index"], event["count"])
         elif what == "repeat":
             self.detail = f"repeat {event['repeat']}, case {event['elapsed_s']:.1f} s"
+        elif what == "retime":
+            self.case = f"{self.case} (timed again: {_rule_name(event.get('why', ''))})"
+            self.detail = ""
         self._show(now)
 
     def eta_s(self, now: float) -> float | None:
@@ -161,6 +170,8 @@ class PlainLog(Feedback):
             detail = f" {format_ns(case.stats.mean_ns)} ({case.stats.runs} runs)"
         else:
             detail = f": {_first_line(case.message)}" if case.message and not case.passed else ""
+        if case.retimed:
+            detail += f" (timed again: the first attempt failed {_rule_name(case.retimed)})"
         return (f"{self.contestant} · {stage.name} · case {index + 1}/{len(stage.cases)} {case.case.label}: "
                 f"{case.status}{detail}")
 

@@ -40,7 +40,7 @@ __all__ = [
     "write_results",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 KIND = "qrbench-results"
 
 # Statuses of a case or stage. "error" is an exception in the kernel or the harness, "crash"
@@ -73,7 +73,8 @@ class CaseResult:
     each timed repeat (discarded ones too, marked, with their times), when they could be read.
     ``diagnostics`` holds the checker's residuals (a timed case: the worst over all its checks).
     ``parent_clock`` holds each timed repeat's claim beside the parent's witness of it (hardened
-    runs; :mod:`evaluator.measure.witness`).
+    runs; :mod:`evaluator.measure.witness`). ``retimed`` is the rule message that set aside the
+    case's first timed attempt, whose repeats are in none of these (:func:`evaluator.protocol.benchmark_case`).
     """
 
     index: int
@@ -86,6 +87,7 @@ class CaseResult:
     seeds: tuple[int, ...] = ()
     clocks: tuple[RepeatClocks, ...] = ()
     parent_clock: ParentClock | None = None
+    retimed: str = ""
 
     @property
     def passed(self) -> bool:
@@ -105,6 +107,7 @@ class CaseResult:
             "seeds": list(self.seeds),
             "clocks": [r.to_dict() for r in self.clocks],
             "parent_clock": self.parent_clock.to_dict() if self.parent_clock else None,
+            "retimed": self.retimed,
             "work": {"flops": self.case.flops, "min_bytes": self.case.min_bytes},
         }
 
@@ -122,6 +125,7 @@ class CaseResult:
             seeds=tuple(data.get("seeds", ())),
             clocks=tuple(RepeatClocks.from_dict(r) for r in data["clocks"]),
             parent_clock=ParentClock.from_dict(data["parent_clock"]) if data.get("parent_clock") else None,
+            retimed=data.get("retimed", ""),
         )
 
 
@@ -388,8 +392,17 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 3}
 
 
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 added the message that set aside a case's first timed attempt (none before)."""
+    for run in doc.get("runs", ()):
+        for stage in run.get("stages", ()):
+            for case in stage.get("cases", ()):
+                case.setdefault("retimed", "")
+    return {**doc, "schema_version": 4}
+
+
 # version -> function turning a document of that version into one of the next version.
-_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2, 2: _v2_to_v3}
+_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def load_results(path: Path) -> list[RunResult]:

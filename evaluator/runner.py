@@ -146,8 +146,8 @@ class _Collector:
     def take(self, message: dict[str, Any]) -> None:
         event = message.get("event")
         if event == "case":
-            # A witness is the parent's own: whatever the worker's report says of one is dropped.
-            result = replace(CaseResult.from_dict(message["result"]), parent_clock=None)
+            # A witness, and what it set aside, are the parent's own: whatever the worker's report says is dropped.
+            result = replace(CaseResult.from_dict(message["result"]), parent_clock=None, retimed="")
             index = len(self.cases)
             if index >= len(self.expected) or result.case != self.expected[index] or result.index != index:
                 raise ChannelError(f"the worker reported case {index} with a spec it was not given")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,24 @@ def test_plain_log_tells_each_finished_case_and_stage_once() -> None:
     ]
     assert isinstance(feedback(io.StringIO()), PlainLog)
     assert isinstance(feedback(_Tty()), ProgressLine)
+
+
+def test_a_case_timed_again_says_so_live_and_in_the_log() -> None:
+    first = "[rule parent-clock] in 2 of 3 repeats the worker reported less than the parent saw: e.g. ..."
+    stream = _Tty()
+    line = ProgressLine(stream, clock=lambda: 0.0)
+    line.start("k")
+    line("benchmark", {"event": "case", "index": 0, "count": 2, "label": "2x8"})
+    line("benchmark", {"event": "retime", "index": 0, "label": "2x8", "why": first})
+    assert "1/2 2x8 (timed again: rule parent-clock)" in stream.getvalue().rsplit("\r", 1)[-1]
+
+    log_stream = io.StringIO()
+    log = PlainLog(log_stream)
+    log.start("k")
+    retimed = replace(_case(0), retimed=first)
+    log.done(_run((StageResult("benchmark", "benchmark", "pass", (retimed,), wall_s=1.0),), mode="benchmark"))
+    assert log_stream.getvalue().splitlines()[0] == (
+        "k · benchmark · case 1/1 2x8: pass 1 ms (2 runs) (timed again: the first attempt failed rule parent-clock)")
 
 
 def test_color_only_on_a_terminal_without_no_color(monkeypatch) -> None:

@@ -145,6 +145,20 @@ def test_wrong_contestant_fails_in_the_report() -> None:
     assert report.entries[1].count(SLOWER) == report.entries[1].count(SAME) == 0
 
 
+def test_a_case_timed_again_is_named_in_the_report() -> None:
+    first = "[rule parent-clock] in 2 of 3 repeats the worker reported less than the parent saw: e.g. ..."
+    run = _geqrf()
+    stage = run.stages[0]
+    run = replace(run, stages=(replace(stage, cases=(replace(stage.cases[0], retimed=first), *stage.cases[1:])),))
+    correctness = render_markdown(build_report([run])).split("## Correctness")[1].split("\n## ")[0]
+    assert "Every reported contestant passed every check" in correctness
+    assert "Timed again" in correctness
+    row = next(line for line in correctness.splitlines() if first in line)
+    assert "geqrf" in row
+    assert f" {stage.cases[0].case.label} " in row
+    assert "Timed again" not in render_markdown(build_report([_geqrf()]))
+
+
 def test_unknown_baseline_name_is_refused() -> None:
     with pytest.raises(ValueError, match="baseline 'nosuch' is not among the reported contestants"):
         build_report([_geqrf()], baseline="nosuch")

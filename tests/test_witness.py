@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -89,6 +90,23 @@ def test_the_witnesses_round_trip_and_a_version_2_file_has_none(tmp_path: Path) 
     (tmp_path / "v2.json").write_text(json.dumps(doc))
     (old,) = load_results(tmp_path / "v2.json")
     assert old.stages[0].cases[0].parent_clock is None
+
+
+def test_a_retimed_case_round_trips_and_a_version_3_file_has_none(tmp_path: Path) -> None:
+    first = "[rule parent-clock] in 2 of 3 repeats the worker reported less than the parent saw: e.g. ..."
+    run = _run(None)
+    stage = run.stages[0]
+    run = replace(run, stages=(replace(stage, cases=(replace(stage.cases[0], retimed=first),)),))
+    write_results(tmp_path / "r.json", [run])
+    (loaded,) = load_results(tmp_path / "r.json")
+    assert loaded.stages[0].cases[0].retimed == first
+
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["schema_version"] = 3
+    del doc["runs"][0]["stages"][0]["cases"][0]["retimed"]
+    (tmp_path / "v3.json").write_text(json.dumps(doc))
+    (old,) = load_results(tmp_path / "v3.json")
+    assert old.stages[0].cases[0].retimed == ""
 
 
 def test_the_margin_table_reads_the_shares_from_results_files(tmp_path: Path,
