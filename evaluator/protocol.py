@@ -428,7 +428,8 @@ def benchmark_case(h: Harness, index: int, case: Case, settings: BenchSettings, 
     smoke case's three, on a loaded two-core machine, that its scheduler's statistics did not
     show: docs/hardening.md, "A loaded host") or the kernel's, and only the kernel's comes back.
     The second attempt alone is timed and judged by every rule, as any case is, so a kernel gains
-    nothing from the first; the result keeps the first's message (``retimed``).
+    nothing from the first; the result keeps the first's message (``retimed``). The checks of both
+    attempts count: a failed one ends the case, and the worst residuals are over both.
     """
     h.worst = {}
     h.clocks = RepeatLog(h.sampler, h.discard_throttled)
