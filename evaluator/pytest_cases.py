@@ -111,6 +111,7 @@ class CaseTimer:
             timer="cuda-events" if self.plan.options.device == "cuda" else "cpu-clock",
             protocol="hardened",
             residuals=result.diagnostics,
+            retimed=result.retimed,  # a first attempt rule parent-clock set aside, if any
         )
         REPLAY.replay(benchmark, result.samples_ns)
         return result

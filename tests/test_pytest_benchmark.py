@@ -171,6 +171,7 @@ def test_benchmark_run_records_the_evaluator_statistics_and_fails_a_wrong_kernel
         assert bench["group"] == f"tiny {case_id}"
         assert bench["extra_info"]["spec"] == specs[case_id]
         assert bench["extra_info"]["timer"] == "cpu-clock"
+        assert isinstance(bench["extra_info"]["retimed"], str)  # '' unless a first attempt was set aside
         assert bench["options"]["timer"] == "qrbench evaluator samples"
 
     proc = _bench(tmp_path, [slowed], "-k", "2x8", "--benchmark-compare=0001", "--benchmark-compare-fail=mean:100%",
