@@ -7,8 +7,9 @@ times over. It then judges every timed case of every file by rule parent-clock t
 repeats the file recorded: as the evaluator does, the wall witness less the host's stall
 (:func:`evaluator.measure.cpu_witness.host_stall_ns`), and with the stall left in, as the rule
 stood before it. One row per contestant: runs, how many ended with any failure, timed cases
-judged, cases each way of judging fails, and the most a witness exceeded its claim and
-allowance, in allowances, with and without the stall. An honest kernel should fail nothing the
+judged, cases timed again (a first attempt rule parent-clock failed, set aside: every figure
+here is the second attempt's), cases each way of judging fails, and the most a witness exceeded
+its claim and allowance, in allowances, with and without the stall. An honest kernel should fail nothing the
 first way whatever the load; the second way shows what the load alone did.
 """
 
@@ -26,7 +27,7 @@ from tabulate import tabulate
 from evaluator.hardening.guards import PARENT_CLOCK_SHARE, parent_clock_problem
 from evaluator.results import RunResult, load_results
 
-HEADERS = ["contestant", "runs", "runs failed", "timed cases", "parent-clock fails (stall out)",
+HEADERS = ["contestant", "runs", "runs failed", "timed cases", "timed again", "parent-clock fails (stall out)",
            "parent-clock fails (stall in)", "most unexplained / allowance (stall out)",
            "most unexplained / allowance (stall in)"]
 _HOG = "while True: pass"
@@ -39,6 +40,7 @@ class Tally:
     runs: int = 0
     runs_failed: int = 0
     cases: int = 0
+    retimed: int = 0
     fails_out: int = 0
     fails_in: int = 0
     most_out: float = 0.0
@@ -54,6 +56,7 @@ class Tally:
                     continue
                 repeats = case.parent_clock.measurements()
                 self.cases += 1
+                self.retimed += bool(case.retimed)
                 self.fails_out += parent_clock_problem(repeats, share) is not None
                 self.fails_in += parent_clock_problem([replace(m, stall_ns=0.0) for m in repeats], share) is not None
                 for m in repeats:
@@ -62,7 +65,7 @@ class Tally:
                     self.most_out = max(self.most_out, unexplained - m.stall_ns / m.allowance_ns)
 
     def row(self, name: str) -> list[object]:
-        return [name, self.runs, self.runs_failed, self.cases, self.fails_out, self.fails_in,
+        return [name, self.runs, self.runs_failed, self.cases, self.retimed, self.fails_out, self.fails_in,
                 f"{self.most_out:.2f}", f"{self.most_in:.2f}"]
 
 

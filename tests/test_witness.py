@@ -153,7 +153,11 @@ def test_the_loaded_host_tally_judges_each_case_with_and_without_its_stall() -> 
     tally = loaded_host.Tally()
     tally.add(_run(stalled))
     tally.add(_run(shaved))
-    assert (tally.runs, tally.cases, tally.fails_out, tally.fails_in) == (2, 2, 1, 2)
+    assert (tally.runs, tally.cases, tally.retimed, tally.fails_out, tally.fails_in) == (2, 2, 0, 1, 2)
+    run = _run(stalled)
+    retimed = replace(run.stages[0].cases[0], retimed="[rule parent-clock] ...")
+    tally.add(replace(run, stages=(replace(run.stages[0], cases=(retimed,)),)))
+    assert (tally.cases, tally.retimed) == (3, 1)
     assert tally.most_in == pytest.approx((35e6 - 0.15e6) / 10e6)
     assert tally.most_out == pytest.approx((35e6 - 0.15e6) / 10e6)  # the unstalled case's
 
