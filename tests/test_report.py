@@ -155,8 +155,13 @@ def test_a_case_timed_again_is_named_in_the_report() -> None:
     assert "Timed again" in correctness
     row = next(line for line in correctness.splitlines() if first in line)
     assert "geqrf" in row
+    assert f" {stage.name} " in row
     assert f" {stage.cases[0].case.label} " in row
     assert "Timed again" not in render_markdown(build_report([_geqrf()]))
+
+    unscored = replace(stage, name="ranked-secret", cases=(replace(stage.cases[1], retimed=first),))
+    text = render_markdown(build_report([replace(run, stages=(*run.stages, unscored))]))
+    assert any(" ranked-secret " in line and first in line for line in text.splitlines())  # any stage's
 
 
 def test_unknown_baseline_name_is_refused() -> None:

@@ -140,17 +140,17 @@ def _failures(report: Report) -> str:
             rows.append([e.label, "-", e.run.status, e.run.reason.strip().splitlines()[0] if e.run.reason else ""])
     verdicts = (_table(rows, ["contestant", "case", "status", "message"]) if rows else
                 "Every reported contestant passed every check (every timed repeat's output is checked).")
-    retimed = [[e.label, c.case.case.label, c.case.retimed.strip().splitlines()[0]]
-               for e in report.entries for c in e.cases if c.case.retimed]
+    retimed = [[e.label, stage.name, c.case.label, c.retimed.strip().splitlines()[0]]
+               for e in report.entries for stage in e.run.stages for c in stage.cases if c.retimed]
     if not retimed:
         return verdicts
-    return "\n\n".join([verdicts, RETIMED_TEXT, _table(retimed, ["contestant", "case", "first attempt"])])
+    return "\n\n".join([verdicts, RETIMED_TEXT, _table(retimed, ["contestant", "stage", "case", "first attempt"])])
 
 
 RETIMED_TEXT = (
     "Timed again: a first timed attempt that rule parent-clock failed was set aside and the case timed once more "
-    "(a loaded host can stretch what the parent's clock sees; a kernel's own shortfall comes back). The verdict "
-    "and times above are the second attempt's alone."
+    "(a loaded host can stretch what the parent's clock sees; a kernel's own shortfall comes back), in any stage "
+    "of the run. Its verdict and times are the second attempt's alone."
 )
 
 
