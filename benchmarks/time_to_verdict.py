@@ -87,13 +87,16 @@ def _ratio(pair: tuple[CaseResult, CaseResult]) -> float:
 
 def _case_table(hardened: RunResult, compat: RunResult) -> str:
     """Per case and timed stage: the hardened mean over the ``--compat`` one, with each side's
-    timed repeats (the stopping rule's count), so that a case's drift and its noise read together."""
+    timed repeats (the stopping rule's count), so that a case's drift and its noise read together;
+    a hardened case timed a second time (rule parent-clock set its first attempt aside, and its
+    wall counts both) says so."""
     cells: dict[str, dict[str, str]] = {}
     for stage in TIMED_STAGES:
         for pair in _pairs(hardened.stage(stage), compat.stage(stage)):
             h, c = pair
+            again = ", timed again" if h.retimed else ""
             cells.setdefault(h.case.label, {})[stage] = (
-                f"{_ratio(pair):.3f} ({h.stats.runs}/{c.stats.runs})")  # type: ignore[union-attr]
+                f"{_ratio(pair):.3f} ({h.stats.runs}/{c.stats.runs}{again})")  # type: ignore[union-attr]
     rows = [[label, *(row.get(stage, "-") for stage in TIMED_STAGES)] for label, row in cells.items()]
     headers = ["case", *(f"{stage}: hardened/compat (repeats)" for stage in TIMED_STAGES)]
     return tabulate(rows, headers=headers, tablefmt="github")

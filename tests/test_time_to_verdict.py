@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import time_to_verdict
-from evaluator.results import load_results, write_results
+from evaluator.measure.stats import Stats
+from evaluator.results import CaseResult, RunResult, StageResult, load_results, write_results
+from evaluator.shapes import Case
 
 # The hardened runs here are judged by the parent's clock (rule parent-clock), which a host loaded by
 # other workers' tests stretched past its allowance in 2 of a smoke case's 3 repeats, failing honest
@@ -99,3 +101,19 @@ def test_a_cut_off_compat_run_keeps_its_cases_and_bounds_the_ratio(tmp_path: Pat
     again = capsys.readouterr().out
     walls = [sum(s.wall_s for s in run.stages) for run in (hardened, compat)]
     assert float(again.split("ratio at most ")[1].split()[0]) == pytest.approx(walls[0] / walls[1], abs=0.006)
+
+
+def test_a_hardened_case_timed_again_is_marked_in_the_per_case_table() -> None:
+    """Its wall counts both attempts, so the pair's reader is told which case paid twice."""
+
+    def run(compat: bool, retimed: str) -> RunResult:
+        cases = tuple(CaseResult(i, Case(2, 8 * (i + 1), 1, i), "pass", stats=Stats.from_samples([1e6, 1.1e6]),
+                                 samples_ns=(1e6, 1.1e6), retimed=retimed if i == 0 else "") for i in range(2))
+        return RunResult({"name": "k", "path": "/x/k.py", "sha256": "0" * 64}, "leaderboard",
+                         {"name": "smoke", "path": "s.yaml"}, "cpu", "cpu-clock", compat,
+                         (StageResult("ranked", "leaderboard", "pass", cases),), {"device": "cpu"})
+
+    table = time_to_verdict._case_table(run(False, "[rule parent-clock] ..."), run(True, ""))
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert "timed again" in rows["2x8"]
+    assert "timed again" not in rows["2x16"]
