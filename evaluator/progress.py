@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from evaluator.cli_args import OutputClosed
+from evaluator.report.tables import first_line
 from evaluator.report.units import format_ns
 from evaluator.results import REFUSED, RUNNING, RunResult, StageResult
 
@@ -27,13 +28,9 @@ def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def _rule_name(message: str) -> str:
     """``rule NAME`` for a hardening rule's message (``[rule NAME] ...``), else its first line."""
-    line = _first_line(message)
+    line = first_line(message)
     return line[1:line.index("]")] if line.startswith("[rule ") and "]" in line else line
 
 
@@ -150,7 +147,7 @@ class PlainLog(Feedback):
     def update(self, run: RunResult) -> None:
         if run.status == REFUSED and ("precheck", -1) not in self._told:
             self._told.add(("precheck", -1))
-            self._write(f"{self.contestant}: refused: {_first_line(run.reason)}\n")
+            self._write(f"{self.contestant}: refused: {first_line(run.reason)}\n")
         for stage in run.stages:
             for case in stage.cases:
                 if case.status != "skipped" and (stage.name, case.index) not in self._told:
@@ -169,7 +166,7 @@ class PlainLog(Feedback):
         if case.stats is not None and case.passed:
             detail = f" {format_ns(case.stats.mean_ns)} ({case.stats.runs} runs)"
         else:
-            detail = f": {_first_line(case.message)}" if case.message and not case.passed else ""
+            detail = f": {first_line(case.message)}" if case.message and not case.passed else ""
         if case.retimed:
             detail += f" (timed again: the first attempt failed {_rule_name(case.retimed)})"
         return (f"{self.contestant} · {stage.name} · case {index + 1}/{len(stage.cases)} {case.case.label}: "
@@ -177,7 +174,7 @@ class PlainLog(Feedback):
 
     def _stage_line(self, stage: StageResult) -> str:
         passed = sum(c.passed for c in stage.cases)
-        why = f": {_first_line(stage.reason)}" if stage.reason else ""
+        why = f": {first_line(stage.reason)}" if stage.reason else ""
         return (f"{self.contestant} · {stage.name}: {stage.status}{why} "
                 f"({passed}/{len(stage.cases)} cases passed, {stage.wall_s:.1f} s)")
 

@@ -19,7 +19,7 @@ from evaluator.measure.clocks import ClockSummary
 from evaluator.measure.ledger import ACTIVITIES
 from evaluator.report import plots
 from evaluator.report.compare import FASTER, SAME, SLOWER, Comparison, Entry, Report, run_label, shortened
-from evaluator.report.tables import clock_text, throttle_text, timing_label
+from evaluator.report.tables import clock_text, first_line, throttle_text, timing_label
 from evaluator.report.units import format_interval, format_ns, format_ratio, format_s
 from evaluator.results import CaseResult, RunResult, now_iso
 
@@ -134,13 +134,13 @@ def _failures(report: Report) -> str:
     rows = []
     for e in report.entries:
         failed = [c.case for c in e.cases if not c.case.passed and c.case.status != "skipped"]
-        rows.extend([e.label, c.case.label, c.status, c.message.strip().splitlines()[0] if c.message else ""]
+        rows.extend([e.label, c.case.label, c.status, first_line(c.message)]
                     for c in failed)
         if not e.run.passed and not failed:
-            rows.append([e.label, "-", e.run.status, e.run.reason.strip().splitlines()[0] if e.run.reason else ""])
+            rows.append([e.label, "-", e.run.status, first_line(e.run.reason)])
     verdicts = (_table(rows, ["contestant", "case", "status", "message"]) if rows else
                 "Every reported contestant passed every check (every timed repeat's output is checked).")
-    retimed = [[e.label, stage.name, c.case.label, c.retimed.strip().splitlines()[0]]
+    retimed = [[e.label, stage.name, c.case.label, first_line(c.retimed)]
                for e in report.entries for stage in e.run.stages for c in stage.cases if c.retimed]
     if not retimed:
         return verdicts

@@ -54,8 +54,9 @@ def _clocks_line(run: RunResult) -> str:
     return f"\nclocks: {clock_text(summary)}; {throttle_text(summary)}"
 
 
-def _short(text: str) -> str:
-    """The first line, whole: a table cell holds one line, the details follow the table."""
+def first_line(text: str) -> str:
+    """The first line, whole ('' for blank text): a table cell or a log line holds one line, the
+    details follow it."""
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
@@ -69,7 +70,7 @@ def _details(run: RunResult) -> str:
     blocks = []
     for stage in run.stages:
         for case in stage.cases:
-            if not case.passed and case.status != "skipped" and case.message.strip() != _short(case.message):
+            if not case.passed and case.status != "skipped" and case.message.strip() != first_line(case.message):
                 blocks.append(f"{stage.name} · {case.case.label} ({case.status}):\n{_indented(case.message)}")
         if not stage.passed and stage.output.strip():
             blocks.append(f"{stage.name}: the worker's output (stdout and stderr, its end):\n{_indented(stage.output)}")
@@ -80,9 +81,9 @@ def _run_verdict(run: RunResult, color: bool) -> str:
     if run.passed:
         text, paint = "passed", _GREEN
     elif run.status == INTERRUPTED:
-        text, paint = f"INTERRUPTED: {_short(run.reason)}", _YELLOW
+        text, paint = f"INTERRUPTED: {first_line(run.reason)}", _YELLOW
     else:
-        text, paint = f"FAILED: {_short(run.reason)}", _RED
+        text, paint = f"FAILED: {first_line(run.reason)}", _RED
     return _paint(text, paint, color)
 
 
@@ -95,7 +96,7 @@ def _verdict_text(case: CaseResult) -> str:
     d = case.diagnostics
     if case.passed and "scaled_factor_residual" in d:
         return f"factor {d['scaled_factor_residual']:.3g}, orthogonality {d['scaled_orthogonality_residual']:.3g}"
-    return _short(case.message)
+    return first_line(case.message)
 
 
 def _stage_rows(stage: StageResult) -> list[list[str]]:
@@ -133,7 +134,7 @@ def render_leaderboard(standings: Sequence[Standing], fmt: str = "simple") -> st
             s.name,
             format_s(s.score_s),
             format_s(secret.geomean_s()) if secret else "-",
-            "ranked" if s.place is not None else f"unranked: {_short(s.run.reason)}",
+            "ranked" if s.place is not None else f"unranked: {first_line(s.run.reason)}",
         ])
     return tabulate(rows, headers=["#", "contestant", "score (geomean)", "secret-seed geomean", "status"],
                     tablefmt=fmt)
