@@ -348,7 +348,7 @@ def test_parent_clock_judges_a_timed_case() -> None:
 
 class StretchedAtFirst:
     """A host that stretched the parent's view of the first ``stretched`` timed repeats by 10 ms,
-    as CI's loaded two-core machine did (docs/reports.md, session 63); each claim is the next of
+    as CI's loaded two-core machine did (docs/reports.md); each claim is the next of
     ``claims_ns``, the rest of each witness the 0.1 ms hand-over it allows."""
 
     kind = "cpu-clock"

@@ -13,7 +13,7 @@ from evaluator.shapes import Case
 
 # The hardened runs here are judged by the parent's clock (rule parent-clock), which a host loaded by
 # other workers' tests stretched past its allowance in 2 of a smoke case's 3 repeats, failing honest
-# geqrf (CI, docs/reports.md, session 63): they need the machine to themselves (tests/machine_share.py).
+# geqrf (CI, docs/reports.md): they need the machine to themselves (tests/machine_share.py).
 hardened_run = pytest.mark.alone
 
 
